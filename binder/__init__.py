@@ -1,0 +1,1 @@
+"""binder component (see docs/architecture.md)."""

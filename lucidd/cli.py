@@ -1,0 +1,123 @@
+"""`lucidctl`: the admin CLI. `simulate` replays a trace under several policies.
+
+Output contract (scripted against; extend, don't rename): see docs/cli.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from . import __version__
+from .errors import LucidError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lucidctl", description="Admin CLI of lucidd, the Lucid GPU scheduler for Slurm.")
+    p.add_argument("--json", action="store_true", help="machine-readable output (schema in docs/cli.md)")
+    p.add_argument("--version", action="version", version=f"lucidctl {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("simulate", help="replay a job trace under several policies and compare them")
+    s.add_argument("--trace", default="sample", help="trace file, or 'sample' for the bundled sample (default)")
+    s.add_argument("--format", choices=["helios", "venus", "philly", "csv"], help="trace format (default: detect from header)")
+    s.add_argument("--vc-config", help="VC config CSV (VC name, node count); default: bundled one for the sample, "
+                                       "else sized from the trace (docs/simulator.md)")
+    s.add_argument("--policies", default=None,
+                   help="comma-separated policies (default: all known); e.g. fifo,sjf,qssf,srtf,tiresias")
+    s.add_argument("--out", default="sim-out", help="output directory (default: ./sim-out)")
+    s.add_argument("--start", help="only jobs submitted at/after this (seconds since trace origin, or a date)")
+    s.add_argument("--end", help="only jobs submitted at/before this (seconds since trace origin, or a date)")
+    s.add_argument("--nodes", type=int, help="without --vc-config: one VC of this many nodes for all jobs")
+    s.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    s.add_argument("--estimates", help="CSV of duration estimates for QSSF (job_id,estimate_s; or the artifact's job_id,priority)")
+    s.add_argument("--skip-bad-rows", action="store_true", help="drop malformed trace rows (counted and reported) instead of failing")
+    s.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+    sub.add_parser("status", help="daemon status (needs a running lucidd)")
+    sub.add_parser("queue", help="pending jobs in lucidd's order (needs a running lucidd)")
+    e = sub.add_parser("explain", help="explain a decision: `explain job ID`")
+    e.add_argument("what", choices=["job"])
+    e.add_argument("id")
+    e.add_argument("--sim-out", help="explain a job of a simulation output directory instead of the live daemon")
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command is None:
+        _parser().print_help()
+        return 2
+    try:
+        if args.command == "simulate":
+            return cmd_simulate(args)
+        if args.command == "explain" and args.sim_out:
+            from .explain_cli import explain_sim_job
+
+            return explain_sim_job(args)
+        raise LucidError(f"'{args.command}' talks to the lucidd daemon, which arrives with the live-cluster issue; "
+                         "use `lucidctl simulate` meanwhile")
+    except LucidError as exc:
+        print(f"lucidctl: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("lucidctl: interrupted", file=sys.stderr)
+        return 130
+
+
+def cmd_simulate(args) -> int:
+    from .experiment import DEFAULT_POLICIES, known_policies, make_experiment, progress_bar, write_results
+    from .metrics import format_table
+    from .traces import load_trace, sample_trace_path, sample_vc_config_path
+
+    known = known_policies()
+    if args.policies:
+        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+        unknown = [p for p in policies if p not in known]
+        if unknown:
+            raise LucidError(f"unknown policy {', '.join(unknown)}; known: {', '.join(known)}")
+    else:
+        policies = [p for p in known if p in DEFAULT_POLICIES or p == "lucid"]
+    trace_path, vc_config = args.trace, args.vc_config
+    if trace_path == "sample":
+        trace_path = sample_trace_path()
+        vc_config = vc_config or sample_vc_config_path()
+    loaded = load_trace(trace_path, args.format, start=args.start, end=args.end, skip_bad_rows=args.skip_bad_rows)
+    if len(loaded.jobs) == 0:
+        raise LucidError(f"{loaded.path}: no jobs left to simulate ({loaded.report()})")
+    exp = make_experiment(loaded, vc_config=vc_config, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                          estimates_path=args.estimates)
+    if not args.json:
+        print(loaded.report())
+        print(f"cluster: {exp.spec.describe()}")
+    results, timings = [], {}
+    for policy in policies:
+        t0 = time.perf_counter()
+        with progress_bar(len(exp.trace), policy, enabled=not args.no_progress) as bar:
+            results.append(exp.run(policy, on_progress=bar.update))
+        timings[policy] = time.perf_counter() - t0
+    summary = write_results(results, args.out, plots=not args.no_plots)
+    if args.json:
+        print(json.dumps({
+            "trace": loaded.path, "format": loaded.fmt, "jobs": int(len(exp.trace)), "dropped": loaded.dropped,
+            "cluster": {k: {"nodes": v.nodes, "gpus_per_node": v.gpus_per_node} for k, v in exp.spec.vcs.items()},
+            "out": os.path.abspath(args.out), "summary": summary.to_dict("records"),
+            "seconds": {k: round(v, 3) for k, v in timings.items()}, "notes": exp.notes,
+        }, indent=2, default=str))
+    else:
+        for note in exp.notes:
+            print(f"note: {note}")
+        print()
+        print(format_table(summary.to_dict("records")))
+        print()
+        print(f"wrote {os.path.join(args.out, 'summary.csv')} and jobs_<policy>.csv"
+              + ("" if args.no_plots else ", jct_cdf.png, timeline.png") + f" to {args.out}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

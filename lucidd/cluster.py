@@ -1,0 +1,253 @@
+"""Cluster model: virtual clusters of identical GPU nodes, and consolidated placement.
+
+Placement follows the Lucid artifact's "consolidate" placer exactly (see docs/simulator.md):
+jobs of up to one node's GPUs go to a single node, best fit (fewest free GPUs that still fit,
+lowest node index on ties); larger jobs take whole free nodes, plus one partial node for a
+remainder. That exactness is what lets our per-job results match the original simulator.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .errors import ConfigError, TraceError
+
+
+@dataclass
+class VCSpec:
+    name: str
+    nodes: int
+    gpus_per_node: int = 8
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass
+class ClusterSpec:
+    """Virtual clusters (static partitions) of identical nodes, as `vc_config.csv` describes."""
+
+    vcs: dict[str, VCSpec] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(v.gpus for v in self.vcs.values())
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(v.nodes for v in self.vcs.values())
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{v.name}:{v.nodes}x{v.gpus_per_node}" for v in self.vcs.values())
+        return f"{len(self.vcs)} VCs, {self.total_nodes} nodes, {self.total_gpus} GPUs ({parts})"
+
+
+def load_vc_config(path, gpus_per_node: int = 8) -> ClusterSpec:
+    """Read a VC config: the artifact's layout (`,num` header: VC name, node count) or
+    `vc,nodes[,gpus_per_node]`."""
+    path = os.fspath(path)
+    try:
+        df = pd.read_csv(path)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: VC config not found") from None
+    except Exception as exc:
+        raise ConfigError(f"{path}: cannot read VC config ({exc})") from None
+    if df.empty:
+        raise ConfigError(f"{path}: VC config has no rows")
+    cols = [str(c).strip() for c in df.columns]
+    df.columns = cols
+    if "vc" in cols and "nodes" in cols:
+        name_col, nodes_col = "vc", "nodes"
+    elif "num" in cols:
+        name_col, nodes_col = cols[0], "num"
+    else:
+        raise ConfigError(f"{path}: expected columns 'vc,nodes[,gpus_per_node]' or the artifact's ',num' layout, got {cols}")
+    spec = ClusterSpec(source=path)
+    for i, row in df.iterrows():
+        line = i + 2
+        name = str(row[name_col]).strip()
+        try:
+            nodes = int(row[nodes_col])
+            gpn = int(row["gpus_per_node"]) if "gpus_per_node" in cols else gpus_per_node
+        except (TypeError, ValueError):
+            raise ConfigError(f"{path}, row {line}: node count must be an integer") from None
+        if not name or name == "nan":
+            raise ConfigError(f"{path}, row {line}: empty VC name")
+        if nodes <= 0 or gpn <= 0:
+            raise ConfigError(f"{path}, row {line}: VC '{name}' needs a positive node and GPU count")
+        if name in spec.vcs:
+            raise ConfigError(f"{path}, row {line}: VC '{name}' listed twice")
+        spec.vcs[name] = VCSpec(name, nodes, gpn)
+    return spec
+
+
+def size_cluster_from_trace(jobs: pd.DataFrame, gpus_per_node: int = 8, nodes: int | None = None,
+                            target_load: float = 0.9) -> ClusterSpec:
+    """Size VCs for a trace that comes without a VC config.
+
+    With `nodes`, all jobs share one VC of that many nodes. Otherwise each VC gets enough nodes
+    that its offered GPU load (GPU-seconds / (span x GPUs)) is about `target_load`, and at least
+    enough for its largest job. Documented in docs/simulator.md; pass --vc-config for real sizes.
+    """
+    spec = ClusterSpec(source="sized from trace")
+    if nodes is not None:
+        biggest = int(jobs["gpu_num"].max()) if len(jobs) else 1
+        spec.vcs["all"] = VCSpec("all", max(nodes, math.ceil(biggest / gpus_per_node)), gpus_per_node)
+        spec.source = f"--nodes {nodes}"
+        return spec
+    span = max(1, int(jobs["submit_time"].max() - jobs["submit_time"].min())) if len(jobs) else 1
+    for vc, grp in jobs.groupby("vc", sort=True):
+        gpu_seconds = float((grp["gpu_num"] * grp["duration"]).sum())
+        need = gpu_seconds / (span * target_load)
+        n = max(math.ceil(need / gpus_per_node), math.ceil(int(grp["gpu_num"].max()) / gpus_per_node), 1)
+        spec.vcs[str(vc)] = VCSpec(str(vc), n, gpus_per_node)
+    return spec
+
+
+def check_trace_fits(jobs: pd.DataFrame, spec: ClusterSpec, path: str = "trace") -> None:
+    """Every job must name a configured VC and fit in it; name the first offending row."""
+    vcs = spec.vcs
+    unknown = ~jobs["vc"].isin(list(vcs))
+    if unknown.any():
+        bad = jobs[unknown].iloc[0]
+        names = sorted(jobs.loc[unknown, "vc"].unique())
+        raise TraceError(path, f"VC '{bad['vc']}' is not in the cluster config ({spec.source}); unknown VCs: "
+                         f"{', '.join(map(str, names[:10]))}", row=_row(bad), column="vc")
+    cap = jobs["vc"].map({k: v.gpus for k, v in vcs.items()})
+    too_big = jobs["gpu_num"] > cap
+    if too_big.any():
+        bad = jobs[too_big].iloc[0]
+        raise TraceError(path, f"job {bad['job_id']} asks for {int(bad['gpu_num'])} GPUs but VC '{bad['vc']}' has only "
+                         f"{vcs[bad['vc']].gpus}", row=_row(bad), column="gpu_num")
+
+
+def _row(series):
+    return int(series["row"]) if "row" in series and not pd.isna(series["row"]) else None
+
+
+def place_consolidated(free: list[int], gpu_num: int, gpus_per_node: int):
+    """Where a job of `gpu_num` GPUs would go, as ((node_index, n_gpus), ...), or None.
+
+    Pure function of the per-node free-GPU counts; mirrors the artifact's ConsolidatePlacement,
+    including its quirks (a remainder may land on a fully free node; the partial node for a
+    remainder is the node with the most free GPUs after the whole nodes).
+    """
+    if gpu_num <= 0 or sum(free) < gpu_num:
+        return None
+    if gpu_num <= gpus_per_node:
+        best, best_free = -1, gpus_per_node + 1
+        for i, f in enumerate(free):
+            if gpu_num <= f < best_free:
+                best, best_free = i, f
+                if f == gpu_num:
+                    break
+        return ((best, gpu_num),) if best >= 0 else None
+    # Nodes with free GPUs, most free first, node order on ties (a stable sort).
+    order = sorted((i for i, f in enumerate(free) if f > 0), key=lambda i: -free[i])
+    whole, rem = divmod(gpu_num, gpus_per_node)
+    out = []
+    if rem == 0:
+        for i in order:
+            if free[i] < gpus_per_node:
+                return None
+            out.append((i, gpus_per_node))
+            if len(out) == whole:
+                return tuple(out)
+        return None
+    needed = whole + 1
+    for i in order:
+        if free[i] == gpus_per_node and needed > 1:
+            out.append((i, gpus_per_node))
+            needed -= 1
+            continue
+        if free[i] >= rem and needed == 1:
+            out.append((i, rem))
+            return tuple(out)
+        return None
+    return None
+
+
+class VirtualCluster:
+    """Live GPU state of one VC: which job holds which GPU (up to two jobs per GPU when packed)."""
+
+    def __init__(self, spec: VCSpec):
+        self.spec = spec
+        self.name = spec.name
+        self.gpus_per_node = spec.gpus_per_node
+        self.node_names = list(range(spec.nodes))
+        # holders[node][gpu] -> list of jobs on that GPU
+        self.holders = [[[] for _ in range(spec.gpus_per_node)] for _ in range(spec.nodes)]
+        self.free = [spec.gpus_per_node] * spec.nodes  # GPUs with no job at all
+
+    @property
+    def total_gpus(self) -> int:
+        return len(self.free) * self.gpus_per_node
+
+    def free_gpus(self) -> int:
+        return sum(self.free)
+
+    def allocate(self, job, layout) -> None:
+        """Give `job` the lowest-numbered free GPUs on each node of `layout` ((node, n), ...)."""
+        alloc = []
+        for node, n in layout:
+            if self.free[node] < n:
+                raise ValueError(f"placement of job {job.job_id} on node {node} needs {n} free GPUs, has {self.free[node]}")
+            gpus = []
+            for g, holders in enumerate(self.holders[node]):
+                if not holders:
+                    holders.append(job)
+                    gpus.append(g)
+                    if len(gpus) == n:
+                        break
+            self.free[node] -= n
+            alloc.append((node, tuple(gpus)))
+        job.alloc = tuple(alloc)
+
+    def allocate_shared(self, job, partner) -> None:
+        """Put `job` on exactly the GPUs `partner` holds (lazy packing: at most two per GPU)."""
+        for node, gpus in partner.alloc:
+            for g in gpus:
+                holders = self.holders[node][g]
+                if len(holders) != 1 or holders[0] is not partner:
+                    raise ValueError(f"job {job.job_id} cannot share GPU {node}:{g} with job {partner.job_id}")
+        for node, gpus in partner.alloc:
+            for g in gpus:
+                self.holders[node][g].append(job)
+        job.alloc = partner.alloc
+
+    def release(self, job) -> None:
+        for node, gpus in job.alloc:
+            for g in gpus:
+                holders = self.holders[node][g]
+                holders.remove(job)
+                if not holders:
+                    self.free[node] += 1
+        job.alloc = ()
+
+    def busy_gpus(self) -> int:
+        return self.total_gpus - sum(self.free)
+
+    def add_nodes(self, count: int) -> None:
+        for _ in range(count):
+            self.node_names.append(max(self.node_names, default=-1) + 1)
+            self.holders.append([[] for _ in range(self.gpus_per_node)])
+            self.free.append(self.gpus_per_node)
+
+    def remove_idle_nodes(self, count: int) -> int:
+        """Remove up to `count` idle nodes (highest index first); returns how many were removed."""
+        removed = 0
+        for i in range(len(self.free) - 1, -1, -1):
+            if removed == count:
+                break
+            if self.free[i] == self.gpus_per_node and i == len(self.free) - 1:
+                self.free.pop()
+                self.holders.pop()
+                self.node_names.pop()
+                removed += 1
+        return removed

@@ -1,0 +1,101 @@
+"""Duration estimates for estimate-driven policies (QSSF; Lucid uses models.duration).
+
+Two sources, both safe against peeking at the future:
+- `history_estimates`: the user's mean duration over their jobs that had already ended when the
+  job was submitted (same GPU count first, then any), falling back to the mean of ended jobs
+  with the same GPU count, then of all ended jobs, then a constant.
+- `load_estimates`: a file of precomputed estimates (ours: `job_id,estimate_s`; the Lucid
+  artifact's: `job_id,priority`, where, as the artifact does, negative values become 1000 s).
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections import defaultdict
+
+import pandas as pd
+
+from .errors import TraceError
+
+#: Estimate used before any job has ended (one hour).
+COLD_START_ESTIMATE_S = 3600.0
+
+
+def history_estimates(jobs: pd.DataFrame) -> pd.Series:
+    """Estimate per job (indexed like `jobs`) from jobs ended before its submission.
+
+    "Ended" means submit_time + duration <= this job's submit_time (the earliest a job could
+    have ended); docs/simulator.md explains the choice.
+    """
+    order = jobs.sort_values(["submit_time", "seq"], kind="stable")
+    users = order["user"].tolist() if "user" in order else [""] * len(order)
+    gpus = order["gpu_num"].tolist()
+    submits = order["submit_time"].tolist()
+    durs = order["duration"].tolist()
+    sums = defaultdict(lambda: [0.0, 0])
+    ended = []  # heap of (end, position)
+    out = [0.0] * len(order)
+
+    def add(key, d):
+        s = sums[key]
+        s[0] += d
+        s[1] += 1
+
+    def mean(key):
+        s = sums.get(key)
+        return s[0] / s[1] if s and s[1] else None
+
+    for pos in range(len(order)):
+        t = submits[pos]
+        while ended and ended[0][0] <= t:
+            _, p = heapq.heappop(ended)
+            d = float(durs[p])
+            add(("ug", users[p], gpus[p]), d)
+            add(("u", users[p]), d)
+            add(("g", gpus[p]), d)
+            add(("all",), d)
+        u, g = users[pos], gpus[pos]
+        est = None
+        if u:
+            est = mean(("ug", u, g))
+            if est is None:
+                est = mean(("u", u))
+        if est is None:
+            est = mean(("g", g))
+        if est is None:
+            est = mean(("all",))
+        out[pos] = est if est is not None else COLD_START_ESTIMATE_S
+        heapq.heappush(ended, (t + durs[pos], pos))
+    return pd.Series(out, index=order.index).reindex(jobs.index)
+
+
+def load_estimates(path) -> dict:
+    """Read precomputed duration estimates keyed by job_id (as str)."""
+    path = os.fspath(path)
+    try:
+        df = pd.read_csv(path, dtype={"job_id": str})
+    except FileNotFoundError:
+        raise TraceError(path, "estimates file not found") from None
+    except Exception as exc:
+        raise TraceError(path, f"cannot read estimates ({exc})") from None
+    if "job_id" not in df:
+        raise TraceError(path, "estimates file needs a 'job_id' column", column="job_id")
+    if "estimate_s" in df:
+        col, artifact = "estimate_s", False
+    elif "priority" in df:
+        col, artifact = "priority", True
+    else:
+        raise TraceError(path, "estimates file needs an 'estimate_s' (or the artifact's 'priority') column")
+    values = pd.to_numeric(df[col], errors="coerce")
+    bad = values.isna()
+    if bad.any():
+        i = int(bad.to_numpy().nonzero()[0][0])
+        raise TraceError(path, f"estimate '{df[col].iloc[i]}' is not a number", row=i + 2, column=col)
+    if artifact:
+        values = values.where(values >= 0, 1000.0)  # the artifact's CombinedEstimator rule
+    elif (values < 0).any():
+        i = int((values < 0).to_numpy().nonzero()[0][0])
+        raise TraceError(path, "estimates must not be negative", row=i + 2, column=col)
+    df = df.assign(_v=values.astype(float)).drop_duplicates("job_id", keep="first")
+    return dict(zip(df["job_id"].astype(str), df["_v"]))

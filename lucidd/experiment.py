@@ -1,0 +1,122 @@
+"""Glue for trace replays: trace + cluster + policies -> results on disk.
+
+Used by `lucidctl simulate`, the benchmarks and the tests, so all three run the same path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+
+from .cluster import ClusterSpec, check_trace_fits, load_vc_config, size_cluster_from_trace
+from .errors import ConfigError
+from .estimates import history_estimates, load_estimates
+from .metrics import SUMMARY_COLUMNS, summarize
+from .policies.baselines import BASELINES
+from .simulator import SimHooks, SimulationResult, jobs_from_frame, simulate
+
+DEFAULT_POLICIES = ("fifo", "sjf", "qssf", "srtf", "tiresias")
+
+#: Extra policies registered by other components (the Lucid orchestrator adds lucid & ablations).
+#: name -> callable(Experiment) returning (policy_factory, SimHooks | None, prepared jobs list)
+POLICY_BUILDERS: dict[str, Callable] = {}
+
+
+def known_policies() -> list[str]:
+    _load_plugins()
+    return [*BASELINES, *POLICY_BUILDERS]
+
+
+def _load_plugins():
+    try:  # the Lucid policy lives in its own component; the simulator works without it
+        import orchestrator.simulation  # noqa: F401
+    except ImportError:
+        pass
+
+
+@dataclass
+class Experiment:
+    """One trace on one cluster, ready to be replayed under several policies."""
+
+    trace: pd.DataFrame
+    spec: ClusterSpec
+    path: str = "trace"
+    origin: pd.Timestamp | None = None
+    estimates: dict | None = None  # job_id -> seconds, from a file; otherwise history-based
+    options: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)  # human-readable remarks to print (fallbacks used...)
+    _history: pd.Series | None = None
+
+    def base_estimates(self) -> pd.Series:
+        """Duration estimates for QSSF: the given file where it covers a job, else history-based."""
+        if self._history is None:
+            hist = history_estimates(self.trace)
+            if self.estimates:
+                given = self.trace["job_id"].astype(str).map(self.estimates)
+                missing = int(given.isna().sum())
+                if missing:
+                    self.notes.append(f"estimates file lacks {missing} job(s): history-based estimates used for them")
+                hist = given.fillna(hist)
+            self._history = hist.astype(float)
+        return self._history
+
+    def run(self, policy: str, on_progress=None) -> SimulationResult:
+        _load_plugins()
+        jobs = jobs_from_frame(self.trace)
+        if policy in BASELINES:
+            if policy == "qssf":
+                est = self.base_estimates()
+                by_id = dict(zip(self.trace["job_id"], est))
+                for j in jobs:
+                    j.estimate = by_id[j.job_id]
+            cls = BASELINES[policy]
+            return simulate(jobs, self.spec, lambda vc: cls(), on_progress=on_progress, policy_name=policy)
+        if policy in POLICY_BUILDERS:
+            return POLICY_BUILDERS[policy](self, jobs, on_progress)
+        raise ConfigError(f"unknown policy '{policy}'; known: {', '.join(known_policies())}")
+
+
+def make_experiment(loaded, vc_config=None, nodes=None, gpus_per_node=8, estimates_path=None) -> Experiment:
+    """Build the cluster for a loaded trace and check every job fits it."""
+    jobs = loaded.jobs
+    if vc_config:
+        spec = load_vc_config(vc_config, gpus_per_node=gpus_per_node)
+    else:
+        spec = size_cluster_from_trace(jobs, gpus_per_node=gpus_per_node, nodes=nodes)
+        if nodes is not None:
+            jobs = jobs.assign(vc="all")
+    check_trace_fits(jobs, spec, loaded.path)
+    est = load_estimates(estimates_path) if estimates_path else None
+    return Experiment(trace=jobs, spec=spec, path=loaded.path, origin=loaded.origin, estimates=est)
+
+
+def write_results(results: list[SimulationResult], out_dir, plots: bool = True) -> pd.DataFrame:
+    os.makedirs(out_dir, exist_ok=True)
+    rows = []
+    for r in results:
+        row = summarize(r.policy, r.jobs, r.series, r.total_gpus)
+        row.update(r.extra.get("summary", {}))
+        rows.append(row)
+        r.jobs.to_csv(os.path.join(out_dir, f"jobs_{r.policy}.csv"), index=False)
+    summary = pd.DataFrame(rows)
+    extra_cols = [c for c in summary.columns if c not in SUMMARY_COLUMNS]
+    summary = summary[[c for c in SUMMARY_COLUMNS if c in summary.columns] + extra_cols]
+    summary.to_csv(os.path.join(out_dir, "summary.csv"), index=False)
+    if plots and results:
+        from .plots import plot_jct_cdf, plot_timeline
+
+        plot_jct_cdf(results, os.path.join(out_dir, "jct_cdf.png"))
+        plot_timeline(results, os.path.join(out_dir, "timeline.png"))
+    return summary
+
+
+def progress_bar(total: int, desc: str, enabled: bool = True):
+    """A tqdm bar on stderr (progress only; results go to stdout and files)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="job", file=sys.stderr, disable=not enabled, mininterval=0.3,
+                leave=False, dynamic_ncols=True)

@@ -1,0 +1,1 @@
+"""models component (see docs/architecture.md)."""

@@ -1,0 +1,117 @@
+"""Shared plumbing for lucidd's interpretable models.
+
+Every model exposes fit / predict / explain and persists with a version stamp, so the update
+engine can swap a refitted model in atomically and the daemon can refuse a file written by an
+incompatible version. Explanations are plain data (dataclasses); rendering lives in
+``models.render`` so the CLI, JSON output and plots all start from the same objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+import joblib
+
+#: Bumped whenever the pickled layout of any model changes incompatibly.
+MODEL_FORMAT_VERSION = 1
+
+
+class ModelError(Exception):
+    """A model cannot be fitted, loaded or used; the message is meant for an admin."""
+
+
+@dataclass
+class Contribution:
+    """One term of an additive explanation (an EBM term, or a tree split on the path)."""
+
+    term: str
+    value: Any
+    contribution: float
+
+
+@dataclass
+class Explanation:
+    """Why a model produced `prediction` for one input, as data.
+
+    kind: "ebm" (additive terms; `terms` sorted by |contribution|, `intercept` set),
+          "tree" (`path` lists the decisions from root to leaf), or "fallback" (no model
+          applied; `reason` says why and which rule was used instead).
+    """
+
+    model: str
+    kind: str
+    prediction: Any
+    intercept: float | None = None
+    terms: list[Contribution] = field(default_factory=list)
+    path: list[str] = field(default_factory=list)
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class ModelStamp:
+    """Written next to every saved model: what it is, when and on what it was trained."""
+
+    model: str
+    format_version: int
+    lucidd_version: str
+    trained_at: str
+    train_rows: int
+    train_span: tuple[int, int] | None = None  # (first, last) submit_time of the training data
+    metrics: dict = field(default_factory=dict)
+
+
+def make_stamp(model: str, train_rows: int, train_span=None, metrics=None) -> ModelStamp:
+    from lucidd import __version__
+
+    return ModelStamp(
+        model=model,
+        format_version=MODEL_FORMAT_VERSION,
+        lucidd_version=__version__,
+        trained_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        train_rows=int(train_rows),
+        train_span=train_span,
+        metrics=dict(metrics or {}),
+    )
+
+
+def save_model(obj: Any, stamp: ModelStamp, path: str | os.PathLike) -> None:
+    """Write atomically (temp file + rename) so a reader never sees half a model."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-model-")
+    os.close(fd)
+    try:
+        joblib.dump({"stamp": dataclasses.asdict(stamp), "model": obj}, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def load_model(path: str | os.PathLike, expected_model: str) -> tuple[Any, ModelStamp]:
+    """Load a model saved by save_model; refuse other kinds or other format versions."""
+    try:
+        payload = joblib.load(os.fspath(path))
+    except FileNotFoundError:
+        raise ModelError(f"{path}: no such model file") from None
+    except Exception as exc:  # corrupt or foreign pickle
+        raise ModelError(f"{path}: not a readable lucidd model ({exc.__class__.__name__}: {exc})") from None
+    if not isinstance(payload, dict) or "stamp" not in payload or "model" not in payload:
+        raise ModelError(f"{path}: not a lucidd model file (no version stamp)")
+    stamp = ModelStamp(**payload["stamp"])
+    if stamp.model != expected_model:
+        raise ModelError(f"{path}: holds a '{stamp.model}' model, expected '{expected_model}'")
+    if stamp.format_version != MODEL_FORMAT_VERSION:
+        raise ModelError(
+            f"{path}: model format version {stamp.format_version}, this lucidd reads {MODEL_FORMAT_VERSION}; refit it"
+        )
+    return payload["model"], stamp

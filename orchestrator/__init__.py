@@ -1,0 +1,1 @@
+"""orchestrator component (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""profiler component (see docs/architecture.md)."""
