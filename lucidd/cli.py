@@ -34,6 +34,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--nodes", type=int, help="without --vc-config: one VC of this many nodes for all jobs")
     s.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
     s.add_argument("--estimates", help="CSV of duration estimates for QSSF (job_id,estimate_s; or the artifact's job_id,priority)")
+    lucid = s.add_argument_group("Lucid policy (docs/lucid.md)")
+    lucid.add_argument("--colocation", help="co-location measurement table (pair speeds) for packing labels and shared progress")
+    lucid.add_argument("--profiles", help="per-workload profile table (model,dataset,batchsize,amp,gpu_util,gmem_util,gmem)")
+    lucid.add_argument("--tprof", type=int, help="profiler time limit Tprof in seconds (default 200)")
+    lucid.add_argument("--cprof", type=int, help="profiling partition nodes Cprof (default ~1.5%% of nodes, at least 1)")
+    lucid.add_argument("--nprof", type=int, help="largest job (GPUs) that is profiled, Nprof (default 8)")
+    lucid.add_argument("--gss", type=int, help="GPU sharing score budget GSS (default 2; 0 disables packing)")
+    lucid.add_argument("--starvation-s", type=int, help="wait after which a job jumps the queue (default 172800)")
     s.add_argument("--skip-bad-rows", action="store_true", help="drop malformed trace rows (counted and reported) instead of failing")
     s.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -91,6 +99,8 @@ def cmd_simulate(args) -> int:
         raise LucidError(f"{loaded.path}: no jobs left to simulate ({loaded.report()})")
     exp = make_experiment(loaded, vc_config=vc_config, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                           estimates_path=args.estimates)
+    exp.options.update({k: getattr(args, k) for k in ("colocation", "profiles", "tprof", "cprof", "nprof", "gss",
+                                                       "starvation_s")})
     if not args.json:
         print(loaded.report())
         print(f"cluster: {exp.spec.describe()}")

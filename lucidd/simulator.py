@@ -233,7 +233,8 @@ class VCSimulation:
                 new_jobs.append(job)
                 dirty = True
             # 3. decide
-            decide = dirty if period is None else (t % period == 0 and (dirty or (wake is not None and wake <= t)))
+            wake_due = wake is not None and wake <= t
+            decide = (dirty or wake_due) if period is None else (t % period == 0 and (dirty or wake_due))
             if decide:
                 if policy.tracks_progress:
                     for job in self.running:

@@ -1,0 +1,117 @@
+"""The Lucid scheduling policy: a pure function of the queue, the running jobs and free GPUs.
+
+Order: priority = estimated duration x GPUs, smallest first (jobs are not preempted).
+Placement: consolidated; a job that does not fit exclusively may share the GPUs of a compatible
+running job (binder rules) when the adaptive switch allows packing.
+Starvation guard: a job waiting longer than `starvation_s` jumps the queue, and while it cannot
+start it holds a reservation: later jobs may take free GPUs only if their estimated end comes
+before the reserved job's estimated start (EASY backfilling); they may still pack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from binder.pairing import SCORE_NAMES, BinderConfig, PackingSwitch, sharing_blocker
+from lucidd.policies.base import Policy, Share, Start
+
+
+@dataclass(frozen=True)
+class LucidConfig:
+    packing: bool = True
+    pack_first: bool = True  # pack a queued job onto a compatible running one before using free GPUs (artifact; measured better on Venus, docs/lucid.md)
+    starvation_s: int = 48 * 3600
+    binder: BinderConfig = field(default_factory=BinderConfig)
+    switch: PackingSwitch = field(default_factory=PackingSwitch)
+
+
+class LucidPolicy(Policy):
+    name = "lucid"
+    tracks_progress = True
+    release_lag = 1  # same release timing as the artifact's Lucid loop (and SRTF/Tiresias here)
+
+    def __init__(self, config: LucidConfig | None = None):
+        self.config = config or LucidConfig()
+
+    @staticmethod
+    def pending_key(job):
+        return (job.estimate * job.gpu_num, job.seq)
+
+    def _gss(self, view) -> int:
+        if not self.config.packing:
+            return -1
+        forecast = (view.context or {}).get("forecast")
+        return self.config.switch.gss(forecast, len(view.pending), self.config.binder)
+
+    def schedule(self, view):
+        cfg = self.config
+        now = view.now
+        gss = self._gss(view)
+        starving = [j for j in view.pending if now - _submitted(j) > cfg.starvation_s]
+        starving.sort(key=lambda j: (_submitted(j), j.seq))
+        starving_ids = {id(j) for j in starving}
+        order = starving + [j for j in view.pending if id(j) not in starving_ids]
+        cluster = view.cluster
+        candidates = [j for j in view.running if j.partner is None]
+        decisions = []
+        draining_for = None  # a starving job that cannot start yet: only jobs ending before its
+        shadow = None        # estimated start ("shadow" time, EASY backfilling) may take free GPUs
+        for rank, job in enumerate(order):
+            layout = cluster.place(job.gpu_num)
+            if gss >= 0 and (cfg.pack_first or layout is None or draining_for is not None):
+                partner, why_not = self._partner(job, candidates, gss)
+                if partner is not None:
+                    candidates.remove(partner)
+                    decisions.append(Share(job, partner, reason=(
+                        f"packed with job {partner.job_id}: {SCORE_NAMES[job.share_score]}+"
+                        f"{SCORE_NAMES[partner.share_score]} <= GSS {gss}, same {job.gpu_num} GPU(s), memory fits")))
+                    continue
+            else:
+                why_not = "packing off (low demand or nobody waiting)" if gss < 0 else "exclusive GPUs were free"
+            if layout is not None and draining_for is not None and now + job.estimate > shadow:
+                continue  # would still hold GPUs when the starving job is due to start
+            if layout is not None:
+                cluster.take(layout)
+                decisions.append(Start(job, layout, reason=(
+                    f"{'starvation guard, ' if id(job) in starving_ids else ''}queue rank {rank + 1}, "
+                    f"exclusive; not packed: {why_not}")))
+                continue
+            if id(job) in starving_ids and draining_for is None:
+                draining_for = job
+                shadow = shadow_start(job, view.running, cluster, now)
+        return decisions
+
+    def _partner(self, job, candidates, gss):
+        first_reason = None
+        for other in candidates:
+            reason = sharing_blocker(job, other, self.config.binder, gss)
+            if reason is None:
+                return other, None
+            first_reason = first_reason or reason
+        return None, first_reason or "no running job to pair with"
+
+
+def _submitted(job) -> int:
+    """Original submission time (jobs requeued from the profiler keep theirs in attrs)."""
+    return job.attrs.get("submitted", job.submit_time)
+
+
+def shadow_start(job, running, cluster, now) -> float:
+    """Estimated time `job` could start if running jobs end as estimated (EASY backfilling)."""
+    free = list(cluster.free)
+    ends = []
+    for r in running:
+        if r.partner is not None and r.partner.status == "running" and r.seq > r.partner.seq:
+            continue  # the GPUs free up when the pair's other job ends
+        left = max(0.0, (r.estimate or 0.0) - (now - (r.start_time or now)))
+        ends.append((now + left, r))
+    ends.sort(key=lambda e: e[0])
+    from lucidd.cluster import place_consolidated
+    if place_consolidated(free, job.gpu_num, cluster.gpus_per_node) is not None:
+        return now
+    for t, r in ends:
+        for node, gpus in r.alloc:
+            free[node] += len(gpus)
+        if place_consolidated(free, job.gpu_num, cluster.gpus_per_node) is not None:
+            return t
+    return float("inf")

@@ -1,0 +1,222 @@
+"""Lucid in the simulator: models + profiler + binder + orchestrator on a replayed trace.
+
+Registers `lucid` and its ablations with lucidd.experiment so `lucidctl simulate --policies`
+knows them:
+  lucid             profiler, EBM duration estimates, packing
+  lucid-noprofiler  no profiling partition (all nodes serve the main queue)
+  lucid-nopacking   never shares GPUs
+  lucid-oracle      true durations instead of estimates
+Every model is trained only on data that precedes what it predicts (docs/lucid.md).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from binder.pairing import BinderConfig
+from binder.speeds import PairSpeeds, estimated_pair_speed
+from lucidd.experiment import POLICY_BUILDERS, Experiment
+from lucidd.simulator import SimHooks, SimulationResult, results_frame, simulate
+from profiler.lgf import ProfilerConfig, carve_profiling_nodes, run_profiler
+
+from .policy import LucidConfig, LucidPolicy
+
+WORKLOAD_KEY = ["model", "dataset", "batchsize", "amp"]
+
+
+def _option(exp: Experiment, name, default):
+    v = exp.options.get(name)
+    return default if v is None else v
+
+
+# ----- model inputs, computed once per experiment and shared by the variants ----------------
+
+def duration_estimates(exp: Experiment) -> pd.Series:
+    cache = exp.options.setdefault("_cache", {})
+    if "estimates" not in cache:
+        from models.duration import rolling_estimates
+
+        frame = rolling_estimates(exp.trace, exp.origin)
+        cache["estimates"] = frame
+        srcs = frame["source"].astype(str)
+        n_fb = int((~srcs.str.startswith("ebm")).sum())
+        exp.notes.append(f"duration model: {len(frame) - n_fb} EBM estimates, {n_fb} fallback "
+                         f"(first week / new users), fit {frame.attrs.get('fit_seconds', 0):.1f}s")
+    return cache["estimates"]["estimate"].astype(float)
+
+
+def demand_forecast(exp: Experiment):
+    """t -> forecast GPU-job arrivals per 10 min over the next hour, made without future data."""
+    cache = exp.options.setdefault("_cache", {})
+    if "forecast" not in cache:
+        from models.throughput import bin_arrivals, rolling_forecasts
+
+        bins = bin_arrivals(exp.trace, exp.origin)
+        series = rolling_forecasts(bins)
+        times = series.index.to_numpy(dtype=np.int64)
+        values = series.to_numpy(dtype=float)
+        bin_s = int(times[1] - times[0]) if len(times) > 1 else 600
+
+        def forecast(t: int):
+            k = int(np.searchsorted(times, t - bin_s + 1))  # the bin containing t
+            k = min(max(k, 0), len(values) - 1)
+            return float(values[k])
+
+        cache["forecast"] = forecast
+    return cache["forecast"]
+
+
+def packing_classes(exp: Experiment) -> pd.Series:
+    """Sharing score per trace row (NaN: unknown -> never packed)."""
+    cache = exp.options.setdefault("_cache", {})
+    if "classes" in cache:
+        return cache["classes"]
+    from models.packing import PackingModel, labels_from_colocation
+
+    trace = exp.trace
+    have = all(c in trace for c in ("gpu_util", "gmem_util", "gmem", "amp"))
+    if not have:
+        exp.notes.append("no workload columns (GPU util/memory): jobs get no packing class and are never packed")
+        cache["classes"] = pd.Series(np.nan, index=trace.index)
+        return cache["classes"]
+    coloc, profiles = exp.options.get("colocation"), exp.options.get("profiles")
+    if profiles and "label" in pd.read_csv(profiles, nrows=1):
+        labelled = pd.read_csv(profiles).dropna(subset=["label"])  # published labels win over derived ones
+        source = f"labelled profiles {os.path.basename(profiles)}"
+    elif coloc and profiles:
+        labelled = labels_from_colocation(pd.read_csv(coloc), pd.read_csv(profiles))
+        labelled = labelled.dropna(subset=["label"])
+        source = f"co-location measurements {os.path.basename(coloc)}"
+    else:
+        labelled = synthetic_labels(trace)
+        source = "utilisation-based interference estimate (no measurement table given)"
+    model = PackingModel().fit(labelled)
+    cache["packing_model"] = model
+    feats = trace[["gpu_util", "gmem_util", "gmem", "amp"]].apply(pd.to_numeric, errors="coerce")
+    classes = pd.Series(model.predict(feats).astype(float), index=trace.index)
+    cache["classes"] = classes
+    counts = classes.value_counts().to_dict()
+    exp.notes.append(f"packing model ({source}): classes Tiny/Medium/Jumbo = "
+                     f"{int(counts.get(0.0, 0))}/{int(counts.get(1.0, 0))}/{int(counts.get(2.0, 0))}")
+    return classes
+
+
+def synthetic_labels(trace: pd.DataFrame, thresholds=(0.95, 0.85)) -> pd.DataFrame:
+    """Label each distinct workload of the trace by its mean estimated co-located speed."""
+    w = trace.dropna(subset=["gpu_util"]).groupby(WORKLOAD_KEY, dropna=False)[["gpu_util", "gmem_util", "gmem"]] \
+        .mean().reset_index()
+    utils = w["gpu_util"].to_numpy(dtype=float)
+    means = []
+    for u in utils:
+        means.append(float(np.mean([estimated_pair_speed(u, v)[0] for v in utils])))
+    w["coloc_speed_mean"] = means
+    w["label"] = np.where(w["coloc_speed_mean"] < thresholds[1], 2, np.where(w["coloc_speed_mean"] < thresholds[0], 1, 0))
+    return w
+
+
+# ----- the runner -----------------------------------------------------------------------------
+
+def run_lucid(exp: Experiment, jobs, on_progress, variant: str) -> SimulationResult:
+    trace = exp.trace
+    use_profiler = variant != "lucid-noprofiler"
+    packing = variant != "lucid-nopacking"
+    oracle = variant == "lucid-oracle"
+
+    est = trace["duration"].astype(float) if oracle else duration_estimates(exp)
+    classes = packing_classes(exp) if packing else pd.Series(np.nan, index=trace.index)
+    forecast = demand_forecast(exp)
+    est_by_id = dict(zip(trace["job_id"], est))
+    cls_by_id = dict(zip(trace["job_id"], classes))
+    for j in jobs:
+        j.estimate = max(1.0, float(est_by_id[j.job_id]))
+        c = cls_by_id[j.job_id]
+        j.share_score = None if c != c else int(c)
+
+    spec = exp.spec
+    pcfg = ProfilerConfig(
+        time_limit=int(_option(exp, "tprof", 200)), max_gpus=int(_option(exp, "nprof", 8)),
+        nodes=int(_option(exp, "cprof", default_profiler_nodes(spec))),
+        gpus_per_node=next(iter(spec.vcs.values())).gpus_per_node,
+        scaling=bool(_option(exp, "profiler_scaling", True)),
+    )
+    outcomes, pstats = ({}, {"profiled": 0, "finished_in_profiler": 0, "borrowed_node_s": 0})
+    main_jobs = jobs
+    if use_profiler and pcfg.nodes > 0:
+        try:
+            spec = carve_profiling_nodes(spec, pcfg.nodes, trace)
+        except ValueError as exc:
+            use_profiler = False
+            exp.notes.append(f"{variant}: profiler off, {exc}")
+    if use_profiler and pcfg.nodes > 0:
+        outcomes, pstats = run_profiler(jobs, pcfg, forecast)
+        main_jobs = []
+        for j in jobs:
+            o = outcomes[j.job_id]
+            if o.profiled and o.finished:
+                continue
+            if o.profiled:  # requeued to the main cluster when its Tprof slice ended
+                j.attrs["submitted"] = j.submit_time
+                j.submit_time = o.end
+            main_jobs.append(j)
+    if on_progress and len(jobs) > len(main_jobs):
+        on_progress(len(jobs) - len(main_jobs))
+
+    gss = int(_option(exp, "gss", 2))
+    config = LucidConfig(packing=packing and gss > 0, binder=replace(BinderConfig(), gss=max(gss, 0)),
+                         starvation_s=int(_option(exp, "starvation_s", LucidConfig.starvation_s)),
+                         pack_first=bool(_option(exp, "pack_first", LucidConfig.pack_first)))
+    speeds = PairSpeeds.from_csv(exp.options["colocation"]) if exp.options.get("colocation") else PairSpeeds()
+
+    def record(now, vc, decisions):
+        for d in decisions:
+            d.job.attrs["decision"] = d.reason
+            partner = getattr(d, "partner", None)
+            if partner is not None:
+                d.job.attrs["packed_with"] = partner.job_id
+                partner.attrs.setdefault("packed_with", d.job.job_id)
+
+    hooks = SimHooks(context=lambda t, vc: {"forecast": forecast(t)}, share_speeds=speeds, on_decisions=record)
+    main = simulate(main_jobs, spec, lambda vc: LucidPolicy(config), hooks=hooks, on_progress=on_progress,
+                    policy_name=variant) if main_jobs else None
+
+    # Put every job back on its own clock: submitted once, waited in both queues.
+    for j in jobs:
+        o = outcomes.get(j.job_id)
+        if o is None or not o.profiled:
+            j.attrs["profiled"] = False
+            j.attrs["profiler_finished"] = False
+            continue
+        j.attrs["profiled"] = True
+        j.attrs["profiler_finished"] = o.finished
+        j.attrs["profiler_start"] = o.start
+        j.attrs["profiler_end"] = o.end
+        if o.finished:
+            j.start_time, j.end_time, j.queue = o.start, o.end, o.queue
+            j.attrs["decision"] = f"finished inside the profiler's {pcfg.time_limit}s limit"
+        else:
+            j.submit_time = j.attrs.pop("submitted")
+            j.queue += o.queue
+    frame = results_frame(jobs)
+    frame["share_score"] = [j.share_score for j in jobs_sorted(jobs, frame)]
+    extra = {"summary": {"profiler_finished": pstats["finished_in_profiler"]}, "profiler": pstats,
+             "pairs_measured": speeds.used_measured, "pairs_estimated": speeds.used_estimate}
+    series = main.series if main is not None else pd.DataFrame(columns=["time", "busy_gpus", "queued_jobs"])
+    return SimulationResult(variant, frame, series, exp.spec.total_gpus, extra)
+
+
+def jobs_sorted(jobs, frame):
+    by_id = {j.job_id: j for j in jobs}
+    return [by_id[i] for i in frame["job_id"]]
+
+
+def default_profiler_nodes(spec) -> int:
+    """About 1.5 % of the nodes (2 of Venus' 135, as the artifact used), at least one."""
+    return max(1, round(spec.total_nodes * 0.015))
+
+
+for _name in ("lucid", "lucid-noprofiler", "lucid-nopacking", "lucid-oracle"):
+    POLICY_BUILDERS[_name] = (lambda n: (lambda exp, jobs, on_progress: run_lucid(exp, jobs, on_progress, n)))(_name)
