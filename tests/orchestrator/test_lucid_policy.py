@@ -3,8 +3,11 @@ from lucidd.policies.base import ClusterView, SchedulingView, Share, Start
 from orchestrator.policy import LucidConfig, LucidPolicy
 
 
+_SEQ = iter(range(10**6))
+
+
 def job(i, gpus, est, score=0, submit=0):
-    j = Job(i, "a", gpus, submit, int(est), abs(hash(i)) % 10**6, profile={"gmem": 3000})
+    j = Job(i, "a", gpus, submit, int(est), next(_SEQ), profile={"gmem": 3000})
     j.estimate, j.share_score = float(est), score
     return j
 
@@ -37,7 +40,7 @@ def test_no_packing_when_demand_low():
 
 def test_starving_job_reserves_gpus():
     big = job("big", 8, 10_000, submit=0)
-    small = job("small", 4, 10_000, submit=0)  # would run long past the big job's start
+    small = job("small", 4, 10_000, submit=10)  # would run long past the big job's start
     running = job("r", 4, 100)
     running.status, running.alloc, running.start_time = "running", ((0, (0, 1, 2, 3)),), 0
     cfg = LucidConfig(packing=False, starvation_s=50)
