@@ -51,12 +51,21 @@ def sharing_blocker(job: Job, other: Job, cfg: BinderConfig, gss: int | None = N
     return None
 
 
-def pick_partner(job: Job, running, cfg: BinderConfig, gss: int | None = None):
-    """First running job (in start order) that `job` may share with, as the artifact picks."""
+def find_partner(job: Job, running, cfg: BinderConfig, gss: int | None = None):
+    """(first running job, in start order, that `job` may share with, None) as the artifact picks,
+    or (None, why the first candidate was refused) when there is none."""
+    first_reason = None
     for other in running:
-        if other.partner is None and sharing_blocker(job, other, cfg, gss) is None:
-            return other
-    return None
+        reason = sharing_blocker(job, other, cfg, gss)
+        if reason is None:
+            return other, None
+        first_reason = first_reason or reason
+    return None, first_reason or "no running job to pair with"
+
+
+def pick_partner(job: Job, running, cfg: BinderConfig, gss: int | None = None):
+    """First running job (in start order) that `job` may share with, or None."""
+    return find_partner(job, running, cfg, gss)[0]
 
 
 def _gmem(job: Job):

@@ -68,18 +68,6 @@ class SimHooks:
     on_decisions: Callable[[int, str, list], None] | None = None  # decision log (for explain)
 
 
-@dataclass
-class SeriesRecorder:
-    """Cluster-wide series sampled at every change, for the plots."""
-
-    times: list = field(default_factory=list)
-    busy_gpus: list = field(default_factory=list)
-    queued_jobs: list = field(default_factory=list)
-
-    def to_frame(self):
-        return pd.DataFrame({"time": self.times, "busy_gpus": self.busy_gpus, "queued_jobs": self.queued_jobs})
-
-
 class VCSimulation:
     """Replays one VC's jobs under one policy."""
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from binder.pairing import SCORE_NAMES, BinderConfig, PackingSwitch, sharing_blocker
+from binder.pairing import SCORE_NAMES, BinderConfig, PackingSwitch, find_partner
+from lucidd.cluster import place_consolidated
 from lucidd.policies.base import Policy, Share, Start
 
 
@@ -59,7 +60,7 @@ class LucidPolicy(Policy):
         for rank, job in enumerate(order):
             layout = cluster.place(job.gpu_num)
             if gss >= 0 and (cfg.pack_first or layout is None or draining_for is not None):
-                partner, why_not = self._partner(job, candidates, gss)
+                partner, why_not = find_partner(job, candidates, cfg.binder, gss)
                 if partner is not None:
                     candidates.remove(partner)
                     decisions.append(Share(job, partner, reason=(
@@ -81,15 +82,6 @@ class LucidPolicy(Policy):
                 shadow = shadow_start(job, view.running, cluster, now)
         return decisions
 
-    def _partner(self, job, candidates, gss):
-        first_reason = None
-        for other in candidates:
-            reason = sharing_blocker(job, other, self.config.binder, gss)
-            if reason is None:
-                return other, None
-            first_reason = first_reason or reason
-        return None, first_reason or "no running job to pair with"
-
 
 def _submitted(job) -> int:
     """Original submission time (jobs requeued from the profiler keep theirs in attrs)."""
@@ -106,7 +98,6 @@ def shadow_start(job, running, cluster, now) -> float:
         left = max(0.0, (r.estimate or 0.0) - (now - (r.start_time or now)))
         ends.append((now + left, r))
     ends.sort(key=lambda e: e[0])
-    from lucidd.cluster import place_consolidated
     if place_consolidated(free, job.gpu_num, cluster.gpus_per_node) is not None:
         return now
     for t, r in ends:

@@ -84,11 +84,12 @@ def packing_classes(exp: Experiment) -> pd.Series:
         cache["classes"] = pd.Series(np.nan, index=trace.index)
         return cache["classes"]
     coloc, profiles = exp.options.get("colocation"), exp.options.get("profiles")
-    if profiles and "label" in pd.read_csv(profiles, nrows=1):
-        labelled = pd.read_csv(profiles).dropna(subset=["label"])  # published labels win over derived ones
+    profile_table = pd.read_csv(profiles) if profiles else None
+    if profile_table is not None and "label" in profile_table:
+        labelled = profile_table.dropna(subset=["label"])  # published labels win over derived ones
         source = f"labelled profiles {os.path.basename(profiles)}"
-    elif coloc and profiles:
-        labelled = labels_from_colocation(pd.read_csv(coloc), pd.read_csv(profiles))
+    elif coloc and profile_table is not None:
+        labelled = labels_from_colocation(pd.read_csv(coloc), profile_table)
         labelled = labelled.dropna(subset=["label"])
         source = f"co-location measurements {os.path.basename(coloc)}"
     else:
@@ -135,6 +136,7 @@ def run_lucid(exp: Experiment, jobs, on_progress, variant: str) -> SimulationRes
         j.estimate = max(1.0, float(est_by_id[j.job_id]))
         c = cls_by_id[j.job_id]
         j.share_score = None if c != c else int(c)
+        j.attrs["share_score"] = j.share_score
 
     spec = exp.spec
     pcfg = ProfilerConfig(
@@ -201,16 +203,10 @@ def run_lucid(exp: Experiment, jobs, on_progress, variant: str) -> SimulationRes
             j.submit_time = j.attrs.pop("submitted")
             j.queue += o.queue
     frame = results_frame(jobs)
-    frame["share_score"] = [j.share_score for j in jobs_sorted(jobs, frame)]
     extra = {"summary": {"profiler_finished": pstats["finished_in_profiler"]}, "profiler": pstats,
              "pairs_measured": speeds.used_measured, "pairs_estimated": speeds.used_estimate}
     series = main.series if main is not None else pd.DataFrame(columns=["time", "busy_gpus", "queued_jobs"])
     return SimulationResult(variant, frame, series, exp.spec.total_gpus, extra)
-
-
-def jobs_sorted(jobs, frame):
-    by_id = {j.job_id: j for j in jobs}
-    return [by_id[i] for i in frame["job_id"]]
 
 
 def default_profiler_nodes(spec) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from lucidd.cluster import ClusterSpec, VCSpec, VirtualCluster
 from lucidd.jobs import Job
-from lucidd.policies.base import Policy, greedy_in_order
+from lucidd.policies.base import ClusterView, Policy, greedy_in_order
 from lucidd.simulator import VCSimulation
 
 PROFILING_VC = "profiling"
@@ -60,11 +60,32 @@ class ProfileOutcome:
     queue: int = 0
 
 
+class _ScalingLGF(LeastGPUFirst):
+    """LGF that first lets its partition grow or shrink (the partition's size is part of the
+    backend's state; the engine owns it, this policy only asks at 10 s steps)."""
+
+    def __init__(self, sim: "_ScalingProfiler"):
+        self.sim = sim
+
+    def schedule(self, view):
+        self.sim._maybe_scale(view.now)
+        view.cluster = ClusterView(view.cluster.name, view.cluster.gpus_per_node, self.sim.vc.free)
+        return super().schedule(view)
+
+    def wakeup_after(self, view):
+        # While jobs wait (or a node is borrowed), look again at the next 10 s step.
+        if len(self.sim.pending) > self.sim.cfg.scale_up_queue or self.sim.extra:
+            return view.now + 10 - view.now % 10
+        return None
+
+
 class _ScalingProfiler(VCSimulation):
     """The profiling partition as a VC whose size follows its queue (checked every 10 s)."""
 
     def __init__(self, vc, jobs, cfg: ProfilerConfig, forecast=None):
         super().__init__(vc, jobs, LeastGPUFirst())
+        if cfg.scaling:
+            self.policy = _ScalingLGF(self)  # same queue order, so the sorted queue stays valid
         self.cfg = cfg
         self.forecast = forecast
         self.extra = 0
@@ -72,31 +93,6 @@ class _ScalingProfiler(VCSimulation):
         self._borrowed_since = None
 
     def run(self, on_progress=None):
-        if not self.cfg.scaling:
-            return super().run(on_progress)
-        # Scaling decisions need the queue at 10 s steps; run the engine in slices.
-        return self._run_scaling(on_progress)
-
-    def _run_scaling(self, on_progress):
-        # A simple, exact approach: the engine exposes no slicing, so re-check scaling at every
-        # decision point and at 10 s boundaries by wrapping the policy's wakeups.
-        cfg = self.cfg
-        outer = self
-
-        class ScalingLGF(LeastGPUFirst):
-            def schedule(self, view):
-                outer._maybe_scale(view.now)
-                view.cluster.free = list(outer.vc.free)
-                view.cluster.total_gpus = len(view.cluster.free) * view.cluster.gpus_per_node
-                return super().schedule(view)
-
-            def wakeup_after(self, view):
-                # While jobs wait, look again at the next 10 s step to scale up/down.
-                if len(outer.pending) > cfg.scale_up_queue or outer.extra:
-                    return view.now + 10 - view.now % 10
-                return None
-
-        self.policy = ScalingLGF()
         super().run(on_progress)
         if self._borrowed_since is not None:
             self.node_seconds_borrowed += (self.now - self._borrowed_since) * self.extra
