@@ -22,7 +22,7 @@ from lucidd.traces import (
     sample_vc_config_path,
 )
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+from tests.conftest import SHARED  # noqa: E402  (the one place that knows where ../shared is)
 VENUS = SHARED / "traces" / "helios_venus_sept2020_lucid" / "jobs.csv"
 PHILLY = SHARED / "traces" / "philly_sia_completed" / "philly.csv"
 
@@ -614,7 +614,8 @@ def test_sample_trace_loads_with_all_columns():
     assert j[list(WORKLOAD_COLUMNS)].notna().all().all()
     assert set(j["state"]) >= {"COMPLETED", "FAILED", "CANCELLED"}
     assert j["submit_time"].max() < 7 * 86400
-    assert (j["duration"] < 300).mean() > 0.2  # many short jobs
+    short_jobs = j["duration"] < 300
+    assert short_jobs.mean() > 0.2  # many short (debug/failed) jobs
     assert j["gmem"].between(500, 23000).all() and j["gpu_util"].between(0, 100).all()
     vcs = pd.read_csv(sample_vc_config_path(), index_col=0)
     assert list(vcs.columns) == ["num"] and set(j["vc"]) == set(vcs.index)

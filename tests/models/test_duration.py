@@ -7,7 +7,6 @@ couple of experiment families whose names vary only in hyper-parameters / seeds.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -25,7 +24,7 @@ from models.duration import (
 )
 from models.names import NameBuckets, normalise_name
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+from tests.conftest import SHARED  # noqa: E402  (the one place that knows where ../shared is)
 DAY = 86_400
 
 # user -> (log-duration base, gpu choices, [(family name template, log offset), ...])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -21,7 +20,7 @@ from models.packing import (
 )
 from models.render import render_explanation
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+from tests.conftest import SHARED  # noqa: E402  (the one place that knows where ../shared is)
 ARTIFACT = SHARED / "lucid-artifact"
 
 PATH_STEP = re.compile(r"^(gpu_util|gmem_util|gmem|amp) (<=|>) -?[\d.e+-]+ \(value -?[\d.e+-]+\)$")

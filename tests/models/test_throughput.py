@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,7 +18,7 @@ from models.throughput import (
     rolling_forecasts,
 )
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+from tests.conftest import SHARED  # noqa: E402  (the one place that knows where ../shared is)
 ARTIFACT = SHARED / "lucid-artifact"
 VENUS = SHARED / "traces" / "helios_venus_sept2020_lucid"
 
