@@ -25,7 +25,9 @@ def experiment(name):
         exp.options.update(colocation=str(ARTIFACT / "colocate_info.csv"), profiles=str(ARTIFACT / "single_data.csv"))
         return exp
     # Lucid's Philly week; VCs sized to ~90 % offered load (docs/simulator.md)
-    return make_experiment(load_trace(PHILLY, start="2017-10-01", end="2017-10-08"))
+    # the earlier weeks train the models (never replayed)
+    return make_experiment(load_trace(PHILLY, start="2017-10-01", end="2017-10-08"),
+                           prior=load_trace(PHILLY, end="2017-10-01"))
 
 
 def decision_time():

@@ -51,9 +51,24 @@ def sharing_blocker(job: Job, other: Job, cfg: BinderConfig, gss: int | None = N
     return None
 
 
+def own_blocker(job: Job, cfg: BinderConfig) -> str | None:
+    """Why `job` may share with nobody at all, or None. Checked once per queued job so that a
+    queue of unprofiled jobs costs O(queue), not O(queue x running), per decision."""
+    if job.gpu_num > cfg.max_gpus_per_node:
+        return "distributed jobs never share GPUs"
+    if job.share_score is None:
+        return "no packing class (not profiled)"
+    if _gmem(job) is None:
+        return "GPU memory footprint unknown"
+    return None
+
+
 def find_partner(job: Job, running, cfg: BinderConfig, gss: int | None = None):
     """(first running job, in start order, that `job` may share with, None) as the artifact picks,
     or (None, why the first candidate was refused) when there is none."""
+    reason = own_blocker(job, cfg)
+    if reason is not None:
+        return None, reason
     first_reason = None
     for other in running:
         reason = sharing_blocker(job, other, cfg, gss)

@@ -30,7 +30,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated policies (default: all known); e.g. fifo,sjf,qssf,srtf,tiresias")
     s.add_argument("--out", default="sim-out", help="output directory (default: ./sim-out)")
     s.add_argument("--start", help="only jobs submitted at/after this (seconds since trace origin, or a date)")
-    s.add_argument("--end", help="only jobs submitted at/before this (seconds since trace origin, or a date)")
+    s.add_argument("--end", help="only jobs submitted before this (seconds since trace origin, or a date)")
+    s.add_argument("--no-prior", action="store_true",
+                   help="with --start: do not train Lucid's models on the jobs submitted before the window")
     s.add_argument("--nodes", type=int, help="without --vc-config: one VC of this many nodes for all jobs")
     s.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
     s.add_argument("--estimates", help="CSV of duration estimates for QSSF (job_id,estimate_s; or the artifact's job_id,priority)")
@@ -97,8 +99,11 @@ def cmd_simulate(args) -> int:
     loaded = load_trace(trace_path, args.format, start=args.start, end=args.end, skip_bad_rows=args.skip_bad_rows)
     if len(loaded.jobs) == 0:
         raise LucidError(f"{loaded.path}: no jobs left to simulate ({loaded.report()})")
+    prior = None
+    if args.start is not None and not args.no_prior:  # what came before the window trains the models
+        prior = load_trace(trace_path, args.format, end=args.start, skip_bad_rows=True)
     exp = make_experiment(loaded, vc_config=vc_config, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                          estimates_path=args.estimates)
+                          estimates_path=args.estimates, prior=prior)
     exp.options.update({k: getattr(args, k) for k in ("colocation", "profiles", "tprof", "cprof", "nprof", "gss",
                                                        "starvation_s")})
     if not args.json:

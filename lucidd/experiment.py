@@ -49,6 +49,9 @@ class Experiment:
     estimates: dict | None = None  # job_id -> seconds, from a file; otherwise history-based
     options: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)  # human-readable remarks to print (fallbacks used...)
+    # Jobs submitted before the simulated window (same trace, same clock): models may learn from
+    # them, nothing replays them. Empty when the whole trace is simulated.
+    prior: pd.DataFrame | None = None
     _history: pd.Series | None = None
 
     def base_estimates(self) -> pd.Series:
@@ -80,9 +83,19 @@ class Experiment:
         raise ConfigError(f"unknown policy '{policy}'; known: {', '.join(known_policies())}")
 
 
-def make_experiment(loaded, vc_config=None, nodes=None, gpus_per_node=8, estimates_path=None) -> Experiment:
-    """Build the cluster for a loaded trace and check every job fits it."""
+def make_experiment(loaded, vc_config=None, nodes=None, gpus_per_node=8, estimates_path=None,
+                    prior=None) -> Experiment:
+    """Build the cluster for a loaded trace and check every job fits it.
+
+    `prior`: a LoadedTrace (or frame) of the same trace before the window; only its jobs submitted
+    before the window's first job are kept, as training history for the models."""
     jobs = loaded.jobs
+    prior_jobs = None
+    if prior is not None and len(jobs):
+        frame = getattr(prior, "jobs", prior)
+        prior_jobs = frame[frame["submit_time"] < jobs["submit_time"].min()]
+        if nodes is not None:
+            prior_jobs = prior_jobs.assign(vc="all")
     if vc_config:
         spec = load_vc_config(vc_config, gpus_per_node=gpus_per_node)
     else:
@@ -91,7 +104,8 @@ def make_experiment(loaded, vc_config=None, nodes=None, gpus_per_node=8, estimat
             jobs = jobs.assign(vc="all")
     check_trace_fits(jobs, spec, loaded.path)
     est = load_estimates(estimates_path) if estimates_path else None
-    return Experiment(trace=jobs, spec=spec, path=loaded.path, origin=loaded.origin, estimates=est)
+    return Experiment(trace=jobs, spec=spec, path=loaded.path, origin=loaded.origin, estimates=est,
+                      prior=prior_jobs if prior_jobs is not None and len(prior_jobs) else None)
 
 
 def write_results(results: list[SimulationResult], out_dir, plots: bool = True) -> pd.DataFrame:

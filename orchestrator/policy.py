@@ -53,16 +53,20 @@ class LucidPolicy(Policy):
         starving_ids = {id(j) for j in starving}
         order = starving + [j for j in view.pending if id(j) not in starving_ids]
         cluster = view.cluster
-        candidates = [j for j in view.running if j.partner is None]
+        candidates = {}  # GPU count -> running jobs without a partner, in start order (pairs need equal counts)
+        for j in view.running:
+            if j.partner is None:
+                candidates.setdefault(j.gpu_num, []).append(j)
         decisions = []
         draining_for = None  # a starving job that cannot start yet: only jobs ending before its
         shadow = None        # estimated start ("shadow" time, EASY backfilling) may take free GPUs
         for rank, job in enumerate(order):
             layout = cluster.place(job.gpu_num)
             if gss >= 0 and (cfg.pack_first or layout is None or draining_for is not None):
-                partner, why_not = find_partner(job, candidates, cfg.binder, gss)
+                same_size = candidates.get(job.gpu_num, ())
+                partner, why_not = find_partner(job, same_size, cfg.binder, gss)
                 if partner is not None:
-                    candidates.remove(partner)
+                    same_size.remove(partner)
                     decisions.append(Share(job, partner, reason=(
                         f"packed with job {partner.job_id}: {SCORE_NAMES[job.share_score]}+"
                         f"{SCORE_NAMES[partner.share_score]} <= GSS {gss}, same {job.gpu_num} GPU(s), memory fits")))

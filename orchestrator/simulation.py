@@ -35,17 +35,32 @@ def _option(exp: Experiment, name, default):
 
 # ----- model inputs, computed once per experiment and shared by the variants ----------------
 
+def _with_prior(exp: Experiment) -> tuple[pd.DataFrame, int]:
+    """The trace preceded by the jobs submitted before the window (models learn from both; the
+    rolling refits still never train on a job that had not ended by the refit time), and the
+    number of prior rows to drop from the result."""
+    if exp.prior is None or not len(exp.prior):
+        return exp.trace, 0
+    cols = [c for c in exp.trace.columns if c in exp.prior.columns]
+    both = pd.concat([exp.prior[cols], exp.trace[cols]], ignore_index=True)
+    return both, len(exp.prior)
+
+
 def duration_estimates(exp: Experiment) -> pd.Series:
     cache = exp.options.setdefault("_cache", {})
     if "estimates" not in cache:
         from models.duration import rolling_estimates
 
-        frame = rolling_estimates(exp.trace, exp.origin)
+        both, skip = _with_prior(exp)
+        frame = rolling_estimates(both, exp.origin)
+        fit_s = frame.attrs.get("fit_seconds", 0)
+        frame = frame.iloc[skip:].set_axis(exp.trace.index)
         cache["estimates"] = frame
         srcs = frame["source"].astype(str)
         n_fb = int((~srcs.str.startswith("ebm")).sum())
+        prior = f", trained with {skip:,} earlier jobs" if skip else ""
         exp.notes.append(f"duration model: {len(frame) - n_fb} EBM estimates, {n_fb} fallback "
-                         f"(first week / new users), fit {frame.attrs.get('fit_seconds', 0):.1f}s")
+                         f"(first week / new users){prior}, fit {fit_s:.1f}s")
     return cache["estimates"]["estimate"].astype(float)
 
 
@@ -55,7 +70,7 @@ def demand_forecast(exp: Experiment):
     if "forecast" not in cache:
         from models.throughput import bin_arrivals, rolling_forecasts
 
-        bins = bin_arrivals(exp.trace, exp.origin)
+        bins = bin_arrivals(_with_prior(exp)[0], exp.origin)
         series = rolling_forecasts(bins)
         times = series.index.to_numpy(dtype=np.int64)
         values = series.to_numpy(dtype=float)
