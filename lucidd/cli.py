@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     lucid.add_argument("--cprof", type=int, help="profiling partition nodes Cprof (default ~1.5%% of nodes, at least 1)")
     lucid.add_argument("--nprof", type=int, help="largest job (GPUs) that is profiled, Nprof (default 8)")
     lucid.add_argument("--gss", type=int, help="GPU sharing score budget GSS (default 2; 0 disables packing)")
-    lucid.add_argument("--starvation-s", type=int, help="wait after which a job jumps the queue (default 172800)")
+    lucid.add_argument("--starvation-s", type=int, help="wait after which a job jumps the queue (default 259200 = 72 h)")
     s.add_argument("--skip-bad-rows", action="store_true", help="drop malformed trace rows (counted and reported) instead of failing")
     s.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -54,6 +54,23 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("what", choices=["job"])
     e.add_argument("id")
     e.add_argument("--sim-out", help="explain a job of a simulation output directory instead of the live daemon")
+
+    t = sub.add_parser("tune", help="propose Lucid parameters by replaying recent history (changes nothing)")
+    t.add_argument("--trace", default="sample", help="job history (trace file, or 'sample')")
+    t.add_argument("--format", choices=["helios", "venus", "philly", "csv"], help="trace format (default: detect)")
+    t.add_argument("--vc-config", help="the cluster as it is now (VC name, node count); default: sized from the history")
+    t.add_argument("--nodes", type=int, help="without --vc-config: one VC of this many nodes")
+    t.add_argument("--gpus-per-node", type=int, default=8)
+    t.add_argument("--start", help="replay jobs submitted at/after this (earlier jobs only train the models)")
+    t.add_argument("--end", help="replay jobs submitted before this")
+    t.add_argument("--reference", default="tiresias", help="the policy to beat without a worse tail (default tiresias)")
+    t.add_argument("--tail-slack", type=float, default=0.0, help="allowed relative excess of p99.9/avg queue over the reference")
+    t.add_argument("--workers", type=int, help="parallel replays (default: up to 4 CPUs)")
+    t.add_argument("--out", default="tune-out", help="where proposal.json and tuning_points.csv go (default ./tune-out)")
+    for flag in ("--colocation", "--profiles"):
+        t.add_argument(flag, help="as for simulate")
+    for flag in ("--tprof", "--cprof", "--nprof", "--gss", "--starvation-s"):
+        t.add_argument(flag, type=int, help="current value (default: lucidd's default)")
     return p
 
 
@@ -65,6 +82,8 @@ def main(argv=None) -> int:
     try:
         if args.command == "simulate":
             return cmd_simulate(args)
+        if args.command == "tune":
+            return cmd_tune(args)
         if args.command == "explain" and args.sim_out:
             from .explain_cli import explain_sim_job
 
@@ -116,6 +135,10 @@ def cmd_simulate(args) -> int:
             results.append(exp.run(policy, on_progress=bar.update))
         timings[policy] = time.perf_counter() - t0
     summary = write_results(results, args.out, plots=not args.no_plots)
+    if any(p.startswith("lucid") for p in policies):  # the models behind `lucidctl explain job ID --sim-out`
+        from orchestrator.artifacts import save_models
+
+        save_models(exp, args.out)
     if args.json:
         print(json.dumps({
             "trace": loaded.path, "format": loaded.fmt, "jobs": int(len(exp.trace)), "dropped": loaded.dropped,
@@ -131,6 +154,35 @@ def cmd_simulate(args) -> int:
         print()
         print(f"wrote {os.path.join(args.out, 'summary.csv')} and jobs_<policy>.csv"
               + ("" if args.no_plots else ", jct_cdf.png, timeline.png") + f" to {args.out}/")
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from orchestrator.tuner import Tuner, format_proposal, write_proposal
+
+    from .experiment import make_experiment
+    from .traces import load_trace, sample_trace_path, sample_vc_config_path
+
+    trace_path, vc_config = args.trace, args.vc_config
+    if trace_path == "sample":
+        trace_path = sample_trace_path()
+        vc_config = vc_config or sample_vc_config_path()
+    loaded = load_trace(trace_path, args.format, start=args.start, end=args.end)
+    if len(loaded.jobs) == 0:
+        raise LucidError(f"{loaded.path}: no jobs to replay ({loaded.report()})")
+    prior = load_trace(trace_path, args.format, end=args.start, skip_bad_rows=True) if args.start is not None else None
+    exp = make_experiment(loaded, vc_config=vc_config, nodes=args.nodes, gpus_per_node=args.gpus_per_node, prior=prior)
+    exp.options.update({k: getattr(args, k) for k in ("colocation", "profiles", "tprof", "cprof", "nprof", "gss",
+                                                       "starvation_s")})
+    log = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
+    proposal = Tuner(exp, reference_policy=args.reference, tail_slack=args.tail_slack, workers=args.workers,
+                     log=log).run()
+    d = write_proposal(proposal, args.out)
+    if args.json:
+        print(json.dumps(d, indent=2, default=float))
+    else:
+        print(format_proposal(proposal))
+        print(f"wrote {os.path.join(args.out, 'proposal.json')} and tuning_points.csv")
     return 0
 
 

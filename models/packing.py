@@ -1,7 +1,9 @@
 """Packing Analyze Model: maps a job's profiled GPU metrics to a sharing score.
 
 Lucid packs two jobs on the same GPUs only when their sharing scores add up to at most 2:
-Tiny (0) jobs share well, Medium (1) jobs share with a Tiny one, Jumbo (2) jobs never share.
+Tiny (0) jobs share well, Medium (1) jobs hurt a partner somewhat, Jumbo (2) jobs a lot; the binder lets
+two jobs share only if their scores sum to at most GSS (default 2: Tiny+Tiny, Tiny+Medium, Medium+Medium,
+Tiny+Jumbo — the artifact's rule), so a Jumbo job shares only with a Tiny one.
 The model is a cost-complexity-pruned scikit-learn decision tree on four metrics a short
 profiling run yields: ``gpu_util`` (%), ``gmem_util`` (%), ``gmem`` (MB) and ``amp`` (0/1).
 

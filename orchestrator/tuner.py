@@ -1,0 +1,275 @@
+"""System tuner: propose Lucid's parameters by replaying recent history in the simulator.
+
+The tuner never touches a live configuration. It replays a window of past jobs on the cluster
+under the admin's current policy (the reference, Tiresias by default) and under Lucid with
+candidate parameter values, and writes a *proposal*: the values, the simulated metrics of the
+current and proposed settings, and every point it tried, so an admin can check the reasoning.
+
+Search: coordinate descent, one parameter at a time over a small grid with the others held at
+their best value so far. Simulated metrics along one grid are noisy (one replay per point), so
+where a parameter's effect must be monotone the curve is first smoothed with isotonic regression
+(pool-adjacent-violators): waiting longer before the starvation guard fires can only lengthen the
+tail (p99.9 queue non-decreasing) and can only help the average (avg JCT non-increasing); a
+longer profiling limit can only let more jobs finish inside it. A value is *feasible* when its
+smoothed tail and average queueing delay are no worse than the reference's (within `tail_slack`);
+among feasible values the one with the lowest smoothed average JCT wins, ties going to the
+current value. Details and the file format: docs/tuner.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from lucidd.experiment import Experiment
+from lucidd.metrics import summarize
+
+HOUR = 3600
+METRICS = ("avg_jct_s", "avg_queue_s", "p999_queue_s", "profiler_finished", "packed_jobs")
+
+
+@dataclass(frozen=True)
+class TunableParam:
+    """One knob: its option key (as `lucidctl simulate` names it), candidate values, and the
+    direction each metric must move as the value grows ("up", "down" or None = no constraint)."""
+
+    name: str
+    grid: tuple
+    trends: dict = field(default_factory=dict)  # metric -> "up" | "down"
+    doc: str = ""
+
+
+def default_space(exp: Experiment, packing: bool = True) -> list[TunableParam]:
+    nodes = exp.spec.total_nodes
+    cprof = sorted({max(1, round(nodes * f)) for f in (0.01, 0.015, 0.03, 0.05)})
+    space = [
+        TunableParam("tprof", (60, 120, 200, 300, 600), {"profiler_finished": "up"},
+                     "profiler time limit Tprof (s)"),
+        TunableParam("cprof", tuple(cprof), {}, "profiling partition nodes Cprof"),
+        TunableParam("starvation_s", tuple(h * HOUR for h in (24, 36, 48, 60, 72, 96, 120)),
+                     {"p999_queue_s": "up", "avg_jct_s": "down"}, "wait after which a job jumps the queue (s)"),
+    ]
+    if packing:
+        space.insert(0, TunableParam("gss", (0, 1, 2), {"packed_jobs": "up"}, "GPU sharing score budget GSS"))
+    return space
+
+
+@dataclass
+class Proposal:
+    reference_policy: str
+    reference: dict
+    current_params: dict
+    current: dict
+    proposed_params: dict
+    proposed: dict
+    feasible: bool
+    reasons: list
+    points: list  # every simulated (params, metrics)
+    curves: dict  # param -> list of {value, raw metrics, smoothed metrics, feasible}
+
+    @property
+    def jct_gain(self) -> float:
+        """Current avg JCT / proposed avg JCT (> 1: the proposal is better)."""
+        return _ratio(self.current["avg_jct_s"], self.proposed["avg_jct_s"])
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["jct_gain_vs_current"] = round(self.jct_gain, 4)
+        d["jct_gain_vs_reference"] = round(_ratio(self.reference["avg_jct_s"], self.proposed["avg_jct_s"]), 4)
+        d["changes"] = {k: {"from": self.current_params.get(k), "to": v}
+                        for k, v in self.proposed_params.items() if self.current_params.get(k) != v}
+        return d
+
+
+def _ratio(a, b) -> float:
+    return float(a) / float(b) if b else math.inf
+
+
+def isotonic(values, y, trend: str) -> np.ndarray:
+    """Least-squares fit of `y` over ascending `values` that only goes `trend` ("up"/"down")."""
+    from sklearn.isotonic import IsotonicRegression
+
+    x = np.arange(len(values), dtype=float)  # grid order; spacing does not matter for PAV
+    return IsotonicRegression(increasing=(trend == "up")).fit_transform(x, np.asarray(y, dtype=float))
+
+
+# ----- simulation of one parameter set --------------------------------------------------------
+
+_EXP: Experiment | None = None  # set before forking workers, so they share the fitted models
+
+
+def _simulate(policy: str, params: dict) -> dict:
+    exp = _EXP
+    missing = object()
+    saved = {k: exp.options.get(k, missing) for k in params}
+    exp.options.update(params)
+    try:
+        r = exp.run(policy)
+    finally:
+        for k, v in saved.items():
+            if v is missing:
+                exp.options.pop(k, None)
+            else:
+                exp.options[k] = v
+    s = summarize(policy, r.jobs, r.series, r.total_gpus)
+    s.update(r.extra.get("summary", {}))
+    return {k: float(s.get(k, 0) or 0) for k in METRICS}
+
+
+class Tuner:
+    def __init__(self, exp: Experiment, space: list[TunableParam] | None = None, reference_policy: str = "tiresias",
+                 variant: str = "lucid", tail_slack: float = 0.0, rounds: int = 1, workers: int | None = None,
+                 log=None):
+        self.exp = exp
+        self.space = space if space is not None else default_space(exp, packing=_has_workload(exp))
+        self.reference_policy = reference_policy
+        self.variant = variant
+        self.tail_slack = tail_slack
+        self.rounds = rounds
+        self.workers = workers if workers is not None else min(4, os.cpu_count() or 1)
+        self.log = log or (lambda msg: None)
+        self._seen: dict[tuple, dict] = {}
+
+    def current_params(self) -> dict:
+        from orchestrator.policy import LucidConfig
+        from orchestrator.simulation import default_profiler_nodes
+
+        defaults = {"gss": 2, "tprof": 200, "cprof": default_profiler_nodes(self.exp.spec),
+                    "nprof": 8, "starvation_s": LucidConfig.starvation_s}
+        out = {}
+        for p in self.space:
+            v = self.exp.options.get(p.name)
+            out[p.name] = defaults.get(p.name) if v is None else type(p.grid[0])(v)
+        return out
+
+    def _key(self, params: dict) -> tuple:
+        return tuple(sorted(params.items()))
+
+    def _run_many(self, param_sets: list[dict]) -> list[dict]:
+        global _EXP
+        todo = [p for p in param_sets if self._key(p) not in self._seen]
+        uniq = list({self._key(p): p for p in todo}.values())
+        _EXP = self.exp
+        if len(uniq) > 1 and self.workers > 1:
+            # fork: the workers inherit the experiment with its models already fitted
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=min(self.workers, len(uniq)), mp_context=ctx) as pool:
+                results = list(pool.map(_simulate, [self.variant] * len(uniq), uniq))
+        else:
+            results = [_simulate(self.variant, p) for p in uniq]
+        for p, m in zip(uniq, results):
+            self._seen[self._key(p)] = m
+            self.log(f"  {self.variant} {p}: avg JCT {m['avg_jct_s']:,.0f} s, p99.9 queue {m['p999_queue_s']:,.0f} s")
+        return [self._seen[self._key(p)] for p in param_sets]
+
+    def run(self) -> Proposal:
+        global _EXP
+        _EXP = self.exp
+        self.log(f"reference policy {self.reference_policy} ...")
+        reference = _simulate(self.reference_policy, {})
+        current = self.current_params()
+        # Fit the models once in this process (first Lucid replay) so forked workers reuse them.
+        cur_metrics = self._run_many([current])[0]
+        limit_tail = reference["p999_queue_s"] * (1 + self.tail_slack)
+        limit_queue = reference["avg_queue_s"] * (1 + self.tail_slack)
+        best = dict(current)
+        curves, reasons = {}, []
+        for _ in range(max(1, self.rounds)):
+            for param in self.space:
+                sets = [{**best, param.name: v} for v in param.grid]
+                raw = self._run_many(sets)
+                table = pd.DataFrame(raw)
+                smooth = table.copy()
+                for metric, trend in param.trends.items():
+                    smooth[metric] = isotonic(param.grid, table[metric], trend)
+                ok = (smooth["p999_queue_s"] <= limit_tail) & (smooth["avg_queue_s"] <= limit_queue)
+                curves[param.name] = [
+                    {"value": v, "raw": raw[i], "smoothed": {k: round(float(smooth[k].iloc[i]), 1) for k in METRICS},
+                     "feasible": bool(ok.iloc[i])} for i, v in enumerate(param.grid)]
+                if ok.any():
+                    cand = smooth[ok]
+                    pick = cand["avg_jct_s"].min()
+                    choices = [param.grid[i] for i in cand.index if cand["avg_jct_s"][i] <= pick * (1 + 1e-9)]
+                    chosen = best[param.name] if best[param.name] in choices else choices[0]
+                    why = (f"{param.name}={chosen}: lowest smoothed avg JCT ({pick:,.0f} s) among the "
+                           f"{int(ok.sum())}/{len(param.grid)} values whose p99.9 and average queueing delay are no "
+                           f"worse than {self.reference_policy}'s")
+                else:
+                    # Least total relative excess over the reference's tail and average queueing,
+                    # then the lowest average JCT.
+                    excess = ((smooth["p999_queue_s"] / max(limit_tail, 1) - 1).clip(lower=0)
+                              + (smooth["avg_queue_s"] / max(limit_queue, 1) - 1).clip(lower=0)).round(3)
+                    tied = excess[excess == excess.min()].index
+                    i = int(smooth.loc[tied, "avg_jct_s"].idxmin())
+                    chosen = param.grid[i]
+                    why = (f"{param.name}={chosen}: no value keeps p99.9 and average queueing within "
+                           f"{self.reference_policy}'s; picked the smallest excess ({excess[i]:.1%}), then the "
+                           f"lowest avg JCT ({smooth['avg_jct_s'][i]:,.0f} s)")
+                best[param.name] = chosen
+                reasons.append(why)
+                self.log(why)
+        proposed = self._run_many([best])[0]
+        feasible = proposed["p999_queue_s"] <= limit_tail and proposed["avg_queue_s"] <= limit_queue
+        points = [{"params": dict(k), "metrics": m} for k, m in self._seen.items()]
+        return Proposal(self.reference_policy, reference, current, cur_metrics, best, proposed, bool(feasible),
+                        reasons, points, curves)
+
+
+def _has_workload(exp: Experiment) -> bool:
+    return all(c in exp.trace for c in ("gpu_util", "gmem_util", "gmem"))
+
+
+def write_proposal(proposal: Proposal, out_dir) -> dict:
+    """proposal.json (everything) and tuning_points.csv (one row per simulated parameter set)."""
+    os.makedirs(out_dir, exist_ok=True)
+    d = proposal.to_dict()
+    with open(os.path.join(out_dir, "proposal.json"), "w") as fh:
+        json.dump(d, fh, indent=2, default=float)
+    rows = [{**p["params"], **p["metrics"]} for p in proposal.points]
+    pd.DataFrame(rows).to_csv(os.path.join(out_dir, "tuning_points.csv"), index=False)
+    return d
+
+
+def format_proposal(proposal: Proposal) -> str:
+    ref, cur, new = proposal.reference, proposal.current, proposal.proposed
+    lines = ["parameter       current      proposed"]
+    for k, v in proposal.proposed_params.items():
+        mark = "" if proposal.current_params.get(k) == v else "   <- change"
+        lines.append(f"{k:15s} {proposal.current_params.get(k)!s:>10s}  {v!s:>12s}{mark}")
+    lines.append("")
+    lines.append(f"{'simulated':15s} {proposal.reference_policy:>12s} {'current':>12s} {'proposed':>12s}")
+    for m in ("avg_jct_s", "avg_queue_s", "p999_queue_s", "profiler_finished", "packed_jobs"):
+        lines.append(f"{m:15s} {ref[m]:12,.0f} {cur[m]:12,.0f} {new[m]:12,.0f}")
+    lines.append("")
+    lines.append(f"avg JCT gain: {proposal.jct_gain:.3f}x vs current, "
+                 f"{_ratio(ref['avg_jct_s'], new['avg_jct_s']):.3f}x vs {proposal.reference_policy}; "
+                 + ("tail and average queueing no worse than the reference" if proposal.feasible
+                    else "WARNING: the tail or average queueing is worse than the reference"))
+    lines.append("why:")
+    lines.extend(f"  - {r}" for r in proposal.reasons)
+    lines.append("This is a proposal only: no configuration was changed.")
+    return "\n".join(lines)
+
+
+def history_window(jobs: pd.DataFrame, spec, start: int, end: int, origin=None, options: dict | None = None,
+                   path: str = "history") -> Experiment:
+    """Replay the jobs submitted in [start, end) on `spec` (the cluster as it is now). Jobs before
+    `start` are the models' training history. Jobs of VCs the cluster no longer has, or larger
+    than their VC, are dropped and counted in the experiment's notes."""
+    window = jobs[(jobs["submit_time"] >= start) & (jobs["submit_time"] < end)]
+    caps = {k: v.gpus for k, v in spec.vcs.items()}
+    fits = window["vc"].map(caps).fillna(0) >= window["gpu_num"]
+    exp = Experiment(trace=window[fits].reset_index(drop=True), spec=spec, path=path, origin=origin,
+                     options=dict(options or {}))
+    prior = jobs[jobs["submit_time"] < start]
+    exp.prior = prior if len(prior) else None
+    if (~fits).any():
+        exp.notes.append(f"{int((~fits).sum())} history job(s) dropped: their VC is not in the cluster or too small")
+    return exp

@@ -1,0 +1,74 @@
+"""System tuner: proposals come from replays, respect monotone constraints and change nothing."""
+
+import json
+
+import numpy as np
+import pytest
+
+from lucidd.cli import main
+from lucidd.experiment import make_experiment
+from lucidd.traces import load_trace, sample_trace_path, sample_vc_config_path
+from orchestrator.tuner import HOUR, TunableParam, Tuner, format_proposal, history_window, isotonic, write_proposal
+
+
+def test_isotonic_respects_direction():
+    y = [5.0, 3.0, 4.0, 6.0, 5.5]
+    up = isotonic(range(5), y, "up")
+    down = isotonic(range(5), y, "down")
+    assert np.all(np.diff(up) >= 0)
+    assert np.all(np.diff(down) <= 0)
+    assert up.mean() == pytest.approx(np.mean(y))  # PAV keeps the mean
+
+
+@pytest.fixture(scope="module")
+def small_experiment():
+    full = load_trace(sample_trace_path())
+    exp = make_experiment(load_trace(sample_trace_path(), start=2 * 86400, end=3 * 86400),
+                          vc_config=sample_vc_config_path(), prior=full)
+    return exp
+
+
+def test_tuner_proposes_from_replays_and_leaves_options_alone(small_experiment, tmp_path):
+    exp = small_experiment
+    before = {k: v for k, v in exp.options.items() if not k.startswith("_")}
+    space = [TunableParam("starvation_s", (12 * HOUR, 72 * HOUR), {"p999_queue_s": "up", "avg_jct_s": "down"})]
+    proposal = Tuner(exp, space=space, workers=1).run()
+    assert {k: v for k, v in exp.options.items() if not k.startswith("_")} == before  # nothing changed
+    assert proposal.proposed_params["starvation_s"] in (12 * HOUR, 72 * HOUR)
+    assert proposal.current_params["starvation_s"] == 72 * HOUR
+    # the proposal's metrics are those of a replay the tuner actually ran
+    tried = {p["params"]["starvation_s"]: p["metrics"] for p in proposal.points}
+    assert proposal.proposed == tried[proposal.proposed_params["starvation_s"]]
+    curve = proposal.curves["starvation_s"]
+    assert [c["value"] for c in curve] == [12 * HOUR, 72 * HOUR]
+    smoothed = [c["smoothed"]["p999_queue_s"] for c in curve]
+    assert smoothed[0] <= smoothed[1]
+    d = write_proposal(proposal, tmp_path)
+    on_disk = json.loads((tmp_path / "proposal.json").read_text())
+    assert on_disk["proposed_params"] == d["proposed_params"]
+    assert (tmp_path / "tuning_points.csv").read_text().count("\n") == len(proposal.points) + 1
+    text = format_proposal(proposal)
+    assert "no configuration was changed" in text
+
+
+def test_history_window_drops_jobs_the_cluster_cannot_hold(small_experiment):
+    full = load_trace(sample_trace_path()).jobs
+    jobs = full.copy()
+    jobs.loc[jobs.index[200], "vc"] = "gone"
+    start, end = int(jobs["submit_time"].iloc[150]), int(jobs["submit_time"].iloc[400])
+    exp = history_window(jobs, small_experiment.spec, start, end)
+    assert (exp.trace["vc"] != "gone").all()
+    assert exp.prior is not None and (exp.prior["submit_time"] < start).all()
+    assert any("dropped" in n for n in exp.notes)
+
+
+def test_tune_cli_writes_a_proposal(tmp_path, capsys):
+    rc = main(["--json", "tune", "--start", str(2 * 86400), "--end", str(int(2.5 * 86400)), "--workers", "1",
+               "--out", str(tmp_path)])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("reference", "current_params", "proposed_params", "proposed", "feasible", "jct_gain_vs_current",
+                "changes", "reasons", "curves"):
+        assert key in out
+    assert set(out["proposed_params"]) >= {"tprof", "cprof", "starvation_s"}
+    assert (tmp_path / "proposal.json").exists()
