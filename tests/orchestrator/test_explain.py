@@ -1,0 +1,152 @@
+"""`lucidctl explain job ID --sim-out DIR`: every simulated Lucid decision can be explained."""
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from lucidd.cli import main
+from lucidd.traces import load_trace, sample_trace_path, sample_vc_config_path
+
+DOCUMENTED_KEYS = {"job_id", "policy", "jobs_file", "origin", "job", "estimate", "packing", "profiler", "decision",
+                   "warnings"}
+
+
+def _simulate(out, *extra):
+    assert main(["simulate", "--policies", "lucid", "--no-plots", "--no-progress", "--out", str(out), *extra]) == 0
+
+
+@pytest.fixture(scope="module")
+def sample_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sim")
+    _simulate(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_weeks(tmp_path_factory):
+    """The sample followed by a shifted copy: the weekly refit fits an EBM for the second week."""
+    d = tmp_path_factory.mktemp("two")
+    first = pd.read_csv(sample_trace_path())
+    second = first.assign(job_id=first["job_id"] + 10_000, submit_time=first["submit_time"] + 7 * 86_400)
+    trace = d / "two.csv"
+    pd.concat([first, second]).to_csv(trace, index=False)
+    out = d / "out"
+    _simulate(out, "--trace", str(trace), "--vc-config", str(sample_vc_config_path()))
+    return trace, out
+
+
+def _jobs(out):
+    return pd.read_csv(out / "jobs_lucid.csv")
+
+
+def _explain_json(capsys, out, job_id):
+    capsys.readouterr()
+    assert main(["--json", "explain", "job", str(job_id), "--sim-out", str(out)]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_simulate_saves_models_for_explain(sample_out):
+    index = json.loads((sample_out / "models" / "index.json").read_text())
+    assert index["jobs"] == 2500 and index["errors"] == []
+    assert index["duration"]["fitted"] is False  # the 7-day sample ends before the first weekly refit
+    assert index["packing"]["fitted"] is True and (sample_out / "models" / "packing.joblib").exists()
+    feats = pd.read_csv(sample_out / "models" / "job_features.csv")
+    assert len(feats) == 2500 and {"job_id", "estimate_source", "model_version", "gpu_util", "share_score"} <= set(feats)
+
+
+def test_explain_packed_job(sample_out, capsys):
+    jobs = _jobs(sample_out)
+    joined = jobs[jobs["decision"].str.startswith("packed with job")].iloc[0]
+    capsys.readouterr()
+    assert main(["explain", "job", str(joined["job_id"]), "--sim-out", str(sample_out)]) == 0
+    text = capsys.readouterr().out
+    partner = str(int(joined["packed_with"]))
+    assert f"packed onto the GPUs of running job {partner}" in text
+    assert "packing class: Tiny" in text or "packing class: Medium" in text
+    assert "1. gpu_util" in text  # the tree path
+    assert "fallback" in text and "never fitted" in text  # why there is no EBM estimate
+
+    r = _explain_json(capsys, sample_out, joined["job_id"])
+    assert r["decision"]["packed"] is True and r["decision"]["role"] == "joined"
+    assert r["decision"]["packed_with"] == partner
+    assert r["packing"]["kind"] == "tree" and r["packing"]["path"]
+    assert r["packing"]["share_score"] == int(joined["share_score"])
+    # the partner started exclusively, and is reported as the host of the pair
+    host = _explain_json(capsys, sample_out, partner)
+    assert host["decision"]["packed"] is True and host["decision"]["role"] in ("host", "joined")
+
+
+def test_explain_job_that_finished_in_profiler(sample_out, capsys):
+    jobs = _jobs(sample_out)
+    job = jobs[jobs["profiler_finished"]].iloc[0]
+    capsys.readouterr()
+    assert main(["explain", "job", str(job["job_id"]), "--sim-out", str(sample_out)]) == 0
+    text = capsys.readouterr().out
+    assert "finished inside Tprof=200 s" in text and "finished in the profiler" in text
+    r = _explain_json(capsys, sample_out, job["job_id"])
+    assert r["profiler"] == {**r["profiler"], "profiled": True, "finished": True}
+    assert r["decision"]["role"] == "profiler" and r["decision"]["packed"] is False
+
+
+def test_explain_not_packed_job_says_why(sample_out, capsys):
+    jobs = _jobs(sample_out)
+    job = jobs[jobs["decision"].str.contains("not packed:") & jobs["packed_with"].isna()].iloc[0]
+    r = _explain_json(capsys, sample_out, job["job_id"])
+    assert r["decision"]["packed"] is False and r["decision"]["role"] == "exclusive"
+    assert r["decision"]["not_packed_because"] == job["decision"].split("not packed:")[1].strip()
+
+
+def test_json_has_documented_keys(sample_out, capsys):
+    job_id = _jobs(sample_out)["job_id"].iloc[10]
+    r = _explain_json(capsys, sample_out, job_id)
+    assert set(r) == DOCUMENTED_KEYS and r["job_id"] == str(job_id) and r["policy"] == "lucid"
+    assert {"gpu_num", "submit_time", "start_time", "end_time", "queue_s", "jct_s", "duration"} <= set(r["job"])
+    assert {"seconds", "actual_s", "source", "model_version", "model_seconds", "kind", "reason", "intercept",
+            "terms"} <= set(r["estimate"])
+    assert {"share_score", "class", "kind", "path", "leaf", "reason", "features"} <= set(r["packing"])
+    assert {"profiled", "finished", "start", "end", "tprof_s", "reason"} <= set(r["profiler"])
+    assert {"reason", "packed", "role", "packed_with", "partner_class", "not_packed_because", "queue_rank",
+            "starvation_guard", "summary"} <= set(r["decision"])
+    assert r["warnings"] == []  # the saved models reproduce the estimate and class the run used
+
+
+def test_unknown_job_and_missing_inputs_exit_2(sample_out, tmp_path, capsys):
+    assert main(["explain", "job", "100000000", "--sim-out", str(sample_out)]) == 2
+    err = capsys.readouterr().err
+    assert "job 100000000 is not in" in err and "nearby ids: " in err and "Traceback" not in err
+    assert main(["explain", "job", "1", "--sim-out", str(tmp_path / "nope")]) == 2
+    assert "no such simulation output directory" in capsys.readouterr().err
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(sample_out / "jobs_lucid.csv", bare / "jobs_lucid.csv")
+    assert main(["explain", "job", "100001", "--sim-out", str(bare)]) == 2
+    assert "no saved models" in capsys.readouterr().err
+
+
+def test_ebm_estimate_is_explained_with_its_contributions(two_weeks, capsys):
+    trace, out = two_weeks
+    jobs = _jobs(out)
+    job = jobs[jobs["job_id"] > 110_000].iloc[50]
+    r = _explain_json(capsys, out, job["job_id"])
+    e = r["estimate"]
+    assert e["kind"] == "ebm" and e["source"] == "ebm" and e["model_version"] == 1
+    assert e["model_seconds"] == pytest.approx(job["estimate_s"], rel=1e-9)
+    assert len(e["terms"]) > 5 and r["warnings"] == []
+
+    # same explanation as the model gives from the raw job history
+    from models.duration import DurationModel
+
+    model = DurationModel.load(out / "models" / "duration_v1.joblib")
+    history = load_trace(str(trace)).jobs
+    row = history[history["job_id"].astype(str) == str(job["job_id"])]
+    ref = model.explain(row, history_df=history)
+    assert ref.prediction == pytest.approx(e["model_seconds"], rel=1e-9)
+    assert [t.term for t in ref.terms] == [t["term"] for t in e["terms"]]
+    assert [t.contribution for t in ref.terms] == pytest.approx([t["contribution"] for t in e["terms"]])
+
+    capsys.readouterr()
+    assert main(["explain", "job", str(job["job_id"]), "--sim-out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "source: EBM v1" in text and "top contributions" in text and e["terms"][0]["term"] in text
