@@ -64,3 +64,15 @@ def test_unknown_policy_and_missing_file_are_clean_errors(tmp_path):
     assert r.returncode == 2 and "nope" in r.stderr and "Traceback" not in r.stderr
     r = run_cli("simulate", "--trace", str(tmp_path / "missing.csv"), "--no-progress")
     assert r.returncode == 2 and "missing.csv" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_prior_jobs_train_models_but_are_not_replayed():
+    from lucidd.experiment import make_experiment
+    from lucidd.traces import load_trace, sample_trace_path, sample_vc_config_path
+
+    window = load_trace(sample_trace_path(), start=3 * 86400)
+    exp = make_experiment(window, vc_config=sample_vc_config_path(), prior=load_trace(sample_trace_path()))
+    assert len(exp.trace) == len(window.jobs)
+    assert exp.prior is not None and len(exp.prior) > 0
+    assert (exp.prior["submit_time"] < exp.trace["submit_time"].min()).all()
+    assert not set(exp.prior["job_id"]) & set(exp.trace["job_id"])

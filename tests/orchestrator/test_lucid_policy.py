@@ -49,3 +49,28 @@ def test_starving_job_reserves_gpus():
     quick = job("quick", 4, 1)
     d = LucidPolicy(cfg).schedule(view([big, quick], running=[running], free=(4,), now=100))
     assert [type(x) for x in d] == [Start] and d[0].job is quick  # backfills: ends before big's start
+
+
+def test_only_the_longest_waiting_starving_job_jumps_the_queue():
+    oldest = job("oldest", 2, 9_000, submit=0)
+    old_long = job("old_long", 2, 8_000, submit=10)
+    young_short = job("young_short", 2, 10, submit=90)
+    cfg = LucidConfig(packing=False, starvation_s=50)
+    d = LucidPolicy(cfg).schedule(view([oldest, old_long, young_short], free=(4,), now=100))
+    # `oldest` is guarded; `old_long` is starving too but keeps its estimate rank behind `young_short`
+    assert [x.job.job_id for x in d] == ["oldest", "young_short"]
+    d = LucidPolicy(LucidConfig(packing=False, starvation_s=50, guard_one=False)).schedule(
+        view([oldest, old_long, young_short], free=(4,), now=100))
+    assert [x.job.job_id for x in d] == ["oldest", "old_long"]
+
+
+def test_unpackable_queued_job_is_refused_without_scanning_running_jobs():
+    from binder.pairing import BinderConfig, find_partner
+
+    def must_not_iterate():
+        raise AssertionError("scanned the running jobs")
+        yield
+
+    q = job("q", 1, 100, score=None)
+    partner, why = find_partner(q, must_not_iterate(), BinderConfig())
+    assert partner is None and "no packing class" in why
