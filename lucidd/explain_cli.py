@@ -25,9 +25,11 @@ TOP_TERMS = 8  # terms shown in the text output (JSON carries them all)
 
 
 def explain_sim_job(args) -> int:
+    from orchestrator.artifacts import json_safe
+
     result = explain_job(args.sim_out, str(args.id))
     if getattr(args, "json", False):
-        print(json.dumps(_plain(result), indent=2))
+        print(json.dumps(json_safe(result), indent=2))
     else:
         print(render(result))
     return 0
@@ -380,16 +382,3 @@ def render(r: dict) -> str:
         lines.append(f"warning: {w}")
     return "\n".join(lines)
 
-
-def _plain(obj):
-    import numpy as np
-
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and math.isnan(obj):
-        return None
-    return obj

@@ -511,6 +511,12 @@ class DurationModel:
             row_df = pd.DataFrame([dict(job_row)])
         row_df = row_df.infer_objects()
         feats = compute_features(row_df, history_df, self._origin(origin), self.history_k)
+        return self.explain_features(feats)
+
+    def explain_features(self, feats: pd.DataFrame) -> Explanation:
+        """``explain`` for one job whose model inputs were already computed (``compute_features``
+        at its submission), e.g. saved next to a simulation; no job history needed."""
+        self._check_fitted()
         est, src = self._predict_features(feats)
         f = feats.iloc[0]
         if src[0] != "ebm":

@@ -37,7 +37,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from models.base import Contribution, Explanation
+from models.base import Explanation
 
 FORMAT = 1
 INDEX = "index.json"
@@ -100,7 +100,7 @@ def save_models(exp, out_dir) -> str | None:
     table.to_csv(os.path.join(mdir, FEATURES_FILE), index=False)
     tmp = os.path.join(mdir, f".{INDEX}.tmp")
     with open(tmp, "w") as fh:
-        json.dump(_plain(index), fh, indent=2)
+        json.dump(json_safe(index), fh, indent=2)
     os.replace(tmp, os.path.join(mdir, INDEX))
     for err in index["errors"]:
         exp.notes.append(f"explain: could not save {err}")
@@ -170,12 +170,12 @@ def _save_packing(exp, cache, mdir, table: pd.DataFrame) -> dict:
     }
 
 
-def _plain(obj):
+def json_safe(obj):
     """JSON-safe copy (numpy scalars -> Python, NaN -> None, tuples -> lists)."""
     if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
+        return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if isinstance(obj, np.generic):
         obj = obj.item()
     if isinstance(obj, float) and math.isnan(obj):
@@ -257,25 +257,7 @@ def explain_estimate(model, feats: pd.DataFrame) -> Explanation:
     Same result as ``model.explain(job, history_df=<all jobs>, origin)`` (the tests check it), without
     needing the whole job history: the features already hold what was known at the submission.
     """
-    from models.duration import MODEL_NAME, TARGET
-
-    est, src = model._predict_features(feats)
-    f = feats.iloc[0]
-    if src[0] != "ebm":
-        return Explanation(model=MODEL_NAME, kind="fallback", prediction=float(est[0]),
-                           reason=model._fallback_reason(f, src[0]))
-    X = model._design(feats)
-    scores = model.ebm_.eval_terms(X)[0]
-    xrow = X.iloc[0]
-    terms = []
-    for name, feat_idx, contrib in zip(model.ebm_.term_names_, model.ebm_.term_features_, scores):
-        vals = {model.features_[i]: model._display_value(model.features_[i], xrow.iloc[i]) for i in feat_idx}
-        value = next(iter(vals.values())) if len(vals) == 1 else vals
-        terms.append(Contribution(term=name, value=value, contribution=float(contrib)))
-    terms.sort(key=lambda c: (-abs(c.contribution), c.term))
-    return Explanation(model=MODEL_NAME, kind="ebm", prediction=float(est[0]), intercept=float(model.ebm_.intercept_),
-                       terms=terms,
-                       reason=f"additive in {TARGET}: prediction = expm1(intercept + sum of contributions) seconds")
+    return model.explain_features(feats)
 
 
 def fallback_rule(f: pd.Series, source: str, default_s: float) -> str:
