@@ -98,10 +98,33 @@ def main(argv=None) -> int:
         return 130
 
 
-def cmd_simulate(args) -> int:
-    from .experiment import DEFAULT_POLICIES, known_policies, make_experiment, progress_bar, write_results
-    from .metrics import format_table
+def _experiment_from_args(args, what: str):
+    """The trace window, its cluster and Lucid's options as `simulate` and `tune` both take them.
+    Jobs before `--start` are loaded as training history for the models (unless --no-prior)."""
+    from .experiment import make_experiment
     from .traces import load_trace, sample_trace_path, sample_vc_config_path
+
+    trace_path, vc_config = args.trace, args.vc_config
+    if trace_path == "sample":
+        trace_path = sample_trace_path()
+        vc_config = vc_config or sample_vc_config_path()
+    skip_bad = getattr(args, "skip_bad_rows", False)
+    loaded = load_trace(trace_path, args.format, start=args.start, end=args.end, skip_bad_rows=skip_bad)
+    if len(loaded.jobs) == 0:
+        raise LucidError(f"{loaded.path}: no jobs left to {what} ({loaded.report()})")
+    prior = None
+    if args.start is not None and not getattr(args, "no_prior", False):
+        prior = load_trace(trace_path, args.format, end=args.start, skip_bad_rows=True)
+    exp = make_experiment(loaded, vc_config=vc_config, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                          estimates_path=getattr(args, "estimates", None), prior=prior)
+    exp.options.update({k: getattr(args, k) for k in ("colocation", "profiles", "tprof", "cprof", "nprof", "gss",
+                                                       "starvation_s")})
+    return loaded, exp
+
+
+def cmd_simulate(args) -> int:
+    from .experiment import DEFAULT_POLICIES, known_policies, progress_bar, write_results
+    from .metrics import format_table
 
     known = known_policies()
     if args.policies:
@@ -111,20 +134,7 @@ def cmd_simulate(args) -> int:
             raise LucidError(f"unknown policy {', '.join(unknown)}; known: {', '.join(known)}")
     else:
         policies = [p for p in known if p in DEFAULT_POLICIES or p == "lucid"]
-    trace_path, vc_config = args.trace, args.vc_config
-    if trace_path == "sample":
-        trace_path = sample_trace_path()
-        vc_config = vc_config or sample_vc_config_path()
-    loaded = load_trace(trace_path, args.format, start=args.start, end=args.end, skip_bad_rows=args.skip_bad_rows)
-    if len(loaded.jobs) == 0:
-        raise LucidError(f"{loaded.path}: no jobs left to simulate ({loaded.report()})")
-    prior = None
-    if args.start is not None and not args.no_prior:  # what came before the window trains the models
-        prior = load_trace(trace_path, args.format, end=args.start, skip_bad_rows=True)
-    exp = make_experiment(loaded, vc_config=vc_config, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                          estimates_path=args.estimates, prior=prior)
-    exp.options.update({k: getattr(args, k) for k in ("colocation", "profiles", "tprof", "cprof", "nprof", "gss",
-                                                       "starvation_s")})
+    loaded, exp = _experiment_from_args(args, "simulate")
     if not args.json:
         print(loaded.report())
         print(f"cluster: {exp.spec.describe()}")
@@ -160,20 +170,7 @@ def cmd_simulate(args) -> int:
 def cmd_tune(args) -> int:
     from orchestrator.tuner import Tuner, format_proposal, write_proposal
 
-    from .experiment import make_experiment
-    from .traces import load_trace, sample_trace_path, sample_vc_config_path
-
-    trace_path, vc_config = args.trace, args.vc_config
-    if trace_path == "sample":
-        trace_path = sample_trace_path()
-        vc_config = vc_config or sample_vc_config_path()
-    loaded = load_trace(trace_path, args.format, start=args.start, end=args.end)
-    if len(loaded.jobs) == 0:
-        raise LucidError(f"{loaded.path}: no jobs to replay ({loaded.report()})")
-    prior = load_trace(trace_path, args.format, end=args.start, skip_bad_rows=True) if args.start is not None else None
-    exp = make_experiment(loaded, vc_config=vc_config, nodes=args.nodes, gpus_per_node=args.gpus_per_node, prior=prior)
-    exp.options.update({k: getattr(args, k) for k in ("colocation", "profiles", "tprof", "cprof", "nprof", "gss",
-                                                       "starvation_s")})
+    _, exp = _experiment_from_args(args, "replay")
     log = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
     proposal = Tuner(exp, reference_policy=args.reference, tail_slack=args.tail_slack, workers=args.workers,
                      log=log).run()

@@ -33,6 +33,14 @@ def _option(exp: Experiment, name, default):
     return default if v is None else v
 
 
+def option_defaults(spec) -> dict:
+    """The value each Lucid option (`lucidctl simulate` flag) takes when not given, from the
+    components' own config defaults; the simulation runner and the tuner both read it."""
+    return {"tprof": ProfilerConfig.time_limit, "nprof": ProfilerConfig.max_gpus,
+            "cprof": default_profiler_nodes(spec), "gss": BinderConfig.gss,
+            "starvation_s": LucidConfig.starvation_s}
+
+
 # ----- model inputs, computed once per experiment and shared by the variants ----------------
 
 def _with_prior(exp: Experiment) -> tuple[pd.DataFrame, int]:
@@ -41,9 +49,11 @@ def _with_prior(exp: Experiment) -> tuple[pd.DataFrame, int]:
     number of prior rows to drop from the result."""
     if exp.prior is None or not len(exp.prior):
         return exp.trace, 0
-    cols = [c for c in exp.trace.columns if c in exp.prior.columns]
-    both = pd.concat([exp.prior[cols], exp.trace[cols]], ignore_index=True)
-    return both, len(exp.prior)
+    cache = exp.options.setdefault("_cache", {})
+    if "with_prior" not in cache:  # the duration and demand models both read it
+        cols = [c for c in exp.trace.columns if c in exp.prior.columns]
+        cache["with_prior"] = pd.concat([exp.prior[cols], exp.trace[cols]], ignore_index=True)
+    return cache["with_prior"], len(exp.prior)
 
 
 def duration_estimates(exp: Experiment) -> pd.Series:
@@ -160,9 +170,10 @@ def run_lucid(exp: Experiment, jobs, on_progress, variant: str) -> SimulationRes
         j.attrs["share_score"] = j.share_score
 
     spec = exp.spec
+    defaults = option_defaults(spec)
     pcfg = ProfilerConfig(
-        time_limit=int(_option(exp, "tprof", 200)), max_gpus=int(_option(exp, "nprof", 8)),
-        nodes=int(_option(exp, "cprof", default_profiler_nodes(spec))),
+        time_limit=int(_option(exp, "tprof", defaults["tprof"])), max_gpus=int(_option(exp, "nprof", defaults["nprof"])),
+        nodes=int(_option(exp, "cprof", defaults["cprof"])),
         gpus_per_node=next(iter(spec.vcs.values())).gpus_per_node,
         scaling=bool(_option(exp, "profiler_scaling", True)),
     )
@@ -188,9 +199,9 @@ def run_lucid(exp: Experiment, jobs, on_progress, variant: str) -> SimulationRes
     if on_progress and len(jobs) > len(main_jobs):
         on_progress(len(jobs) - len(main_jobs))
 
-    gss = int(_option(exp, "gss", 2))
+    gss = int(_option(exp, "gss", defaults["gss"]))
     config = LucidConfig(packing=packing and gss > 0, binder=replace(BinderConfig(), gss=max(gss, 0)),
-                         starvation_s=int(_option(exp, "starvation_s", LucidConfig.starvation_s)),
+                         starvation_s=int(_option(exp, "starvation_s", defaults["starvation_s"])),
                          pack_first=bool(_option(exp, "pack_first", LucidConfig.pack_first)),
                          guard_one=bool(int(_option(exp, "guard_one", LucidConfig.guard_one))))
     speeds = PairSpeeds.from_csv(exp.options["colocation"]) if exp.options.get("colocation") else PairSpeeds()

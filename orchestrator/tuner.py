@@ -138,11 +138,9 @@ class Tuner:
         self._seen: dict[tuple, dict] = {}
 
     def current_params(self) -> dict:
-        from orchestrator.policy import LucidConfig
-        from orchestrator.simulation import default_profiler_nodes
+        from orchestrator.simulation import option_defaults
 
-        defaults = {"gss": 2, "tprof": 200, "cprof": default_profiler_nodes(self.exp.spec),
-                    "nprof": 8, "starvation_s": LucidConfig.starvation_s}
+        defaults = option_defaults(self.exp.spec)
         out = {}
         for p in self.space:
             v = self.exp.options.get(p.name)
