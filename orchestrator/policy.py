@@ -4,8 +4,9 @@ Order: priority = estimated duration x GPUs, smallest first (jobs are not preemp
 Placement: consolidated; a job that does not fit exclusively may share the GPUs of a compatible
 running job (binder rules) when the adaptive switch allows packing.
 Starvation guard: a job waiting longer than `starvation_s` jumps the queue, and while it cannot
-start it holds a reservation: later jobs may take free GPUs only if their estimated end comes
-before the reserved job's estimated start (EASY backfilling); they may still pack.
+start it holds a reservation: later jobs may take free GPUs, or pack onto running ones, only if
+their estimated end comes before the reserved job's estimated start (EASY backfilling). Once the
+starving job is `backfill_grace_s` past the threshold, the VC drains for it (nothing else starts).
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ class LucidConfig:
     # tuner (orchestrator/tuner.py) proposes a value per cluster. docs/lucid.md.
     starvation_s: int = 72 * 3600
     guard_one: bool = True  # only the longest-waiting starving job jumps the queue
+    # Backfilling around a starving job uses estimates, which can be far too short: a backfilled
+    # job that overruns pushes the reservation back, and on Venus a stream of them kept 8- to
+    # 128-GPU jobs waiting for 3-15 days. After this long past the guard threshold the VC drains
+    # for the starving job: nothing new starts or packs until it has started.
+    backfill_grace_s: int = 24 * 3600
     binder: BinderConfig = field(default_factory=BinderConfig)
     switch: PackingSwitch = field(default_factory=PackingSwitch)
 
@@ -68,7 +74,14 @@ class LucidPolicy(Policy):
         shadow = None        # estimated start ("shadow" time, EASY backfilling) may take free GPUs
         for rank, job in enumerate(order):
             layout = cluster.place(job.gpu_num)
-            if gss >= 0 and (cfg.pack_first or layout is None or draining_for is not None):
+            drained = draining_for is not None and (
+                now - _submitted(draining_for) > cfg.starvation_s + cfg.backfill_grace_s)
+            if drained:
+                break  # the starving job's GPUs are being drained: start nothing else
+            # While draining, a packed job must also end before the reserved start (it would
+            # otherwise keep its shared GPUs busy past it, as chains of packed jobs did).
+            backfill_ok = draining_for is None or now + job.estimate <= shadow
+            if gss >= 0 and (cfg.pack_first or layout is None or draining_for is not None) and backfill_ok:
                 same_size = candidates.get(job.gpu_num, ())
                 partner, why_not = find_partner(job, same_size, cfg.binder, gss)
                 if partner is not None:
@@ -77,8 +90,12 @@ class LucidPolicy(Policy):
                         f"packed with job {partner.job_id}: {SCORE_NAMES[job.share_score]}+"
                         f"{SCORE_NAMES[partner.share_score]} <= GSS {gss}, same {job.gpu_num} GPU(s), memory fits")))
                     continue
+            elif gss < 0:
+                why_not = "packing off (low demand or nobody waiting)"
+            elif not backfill_ok:
+                why_not = f"would outlast the reservation for starving job {draining_for.job_id}"
             else:
-                why_not = "packing off (low demand or nobody waiting)" if gss < 0 else "exclusive GPUs were free"
+                why_not = "exclusive GPUs were free"
             if layout is not None and draining_for is not None and now + job.estimate > shadow:
                 continue  # would still hold GPUs when the starving job is due to start
             if layout is not None:
@@ -105,7 +122,7 @@ def shadow_start(job, running, cluster, now) -> float:
     for r in running:
         if r.partner is not None and r.partner.status == "running" and r.seq > r.partner.seq:
             continue  # the GPUs free up when the pair's other job ends
-        left = max(0.0, (r.estimate or 0.0) - (now - (r.start_time or now)))
+        left = max(0.0, (r.estimate or 0.0) - (now - (now if r.start_time is None else r.start_time)))
         ends.append((now + left, r))
     ends.sort(key=lambda e: e[0])
     if place_consolidated(free, job.gpu_num, cluster.gpus_per_node) is not None:

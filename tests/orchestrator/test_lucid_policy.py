@@ -41,7 +41,7 @@ def test_no_packing_when_demand_low():
 def test_starving_job_reserves_gpus():
     big = job("big", 8, 10_000, submit=0)
     small = job("small", 4, 10_000, submit=10)  # would run long past the big job's start
-    running = job("r", 4, 100)
+    running = job("r", 4, 1000)  # started at 0, due to end at 1000
     running.status, running.alloc, running.start_time = "running", ((0, (0, 1, 2, 3)),), 0
     cfg = LucidConfig(packing=False, starvation_s=50)
     d = LucidPolicy(cfg).schedule(view([big, small], running=[running], free=(4,), now=100))
@@ -49,6 +49,36 @@ def test_starving_job_reserves_gpus():
     quick = job("quick", 4, 1)
     d = LucidPolicy(cfg).schedule(view([big, quick], running=[running], free=(4,), now=100))
     assert [type(x) for x in d] == [Start] and d[0].job is quick  # backfills: ends before big's start
+
+
+def _running(j, gpus_idx, start=0):
+    j.status, j.alloc, j.start_time = "running", ((0, tuple(gpus_idx)),), start
+    return j
+
+
+def test_no_packing_chain_past_a_reservation():
+    # A packed job that outlives its partner keeps the shared GPUs busy; while a starving job
+    # waits for them, only a job that ends before the reserved start may pack (Venus had 8-GPU
+    # jobs waiting 15 days behind such chains).
+    big = job("big", 8, 10_000, submit=0)
+    r = _running(job("r", 4, 1000), range(4))  # due to end at 1000: `big`'s reserved start
+    cfg = LucidConfig(starvation_s=50)
+    # `long` passes every binder rule (1500 <= 2 x 1000) but would end at 1600, after 1000
+    d = LucidPolicy(cfg).schedule(view([big, job("long", 4, 1500, submit=10)], running=[r], free=(4,), now=100))
+    assert d == []
+    d = LucidPolicy(cfg).schedule(view([big, job("short", 4, 10, submit=10)], running=[r], free=(4,), now=100))
+    assert len(d) == 1 and isinstance(d[0], Share) and d[0].job.job_id == "short"  # ends before 1000
+
+
+def test_drain_after_backfill_grace():
+    # Estimates can be far too short, so backfilled jobs may keep pushing the reservation back;
+    # once the starving job is `backfill_grace_s` past the threshold, nothing else starts.
+    big = job("big", 8, 10_000, submit=0)
+    r = _running(job("r", 4, 100_000), range(4))
+    quick = job("quick", 4, 1, submit=10)
+    cfg = LucidConfig(packing=False, starvation_s=50, backfill_grace_s=1000)
+    assert [x.job.job_id for x in LucidPolicy(cfg).schedule(view([big, quick], running=[r], free=(4,), now=100))] == ["quick"]
+    assert LucidPolicy(cfg).schedule(view([big, quick], running=[r], free=(4,), now=2000)) == []
 
 
 def test_only_the_longest_waiting_starving_job_jumps_the_queue():
