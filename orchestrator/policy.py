@@ -27,10 +27,10 @@ class LucidConfig:
     # tuner (orchestrator/tuner.py) proposes a value per cluster. docs/lucid.md.
     starvation_s: int = 72 * 3600
     guard_one: bool = True  # only the longest-waiting starving job jumps the queue
-    # Backfilling around a starving job uses estimates, which can be far too short: a backfilled
-    # job that overruns pushes the reservation back, and on Venus a stream of them kept 8- to
-    # 128-GPU jobs waiting for 3-15 days. After this long past the guard threshold the VC drains
-    # for the starving job: nothing new starts or packs until it has started.
+    # Backfilling around a starving job trusts estimates, which can be far too short: each
+    # backfilled job that overruns pushes the reservation back, with no bound. After this long
+    # past the guard threshold the VC drains for the starving job: nothing new starts or packs
+    # until it has started (a bound, at the cost of idle GPUs while the drain lasts).
     backfill_grace_s: int = 24 * 3600
     binder: BinderConfig = field(default_factory=BinderConfig)
     switch: PackingSwitch = field(default_factory=PackingSwitch)
