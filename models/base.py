@@ -97,8 +97,9 @@ def save_model(obj: Any, stamp: ModelStamp, path: str | os.PathLike) -> None:
             os.unlink(tmp)
 
 
-def load_model(path: str | os.PathLike, expected_model: str) -> tuple[Any, ModelStamp]:
-    """Load a model saved by save_model; refuse other kinds or other format versions."""
+def load_model(path: str | os.PathLike, expected_model: str, expected_type: type | None = None) -> tuple[Any, ModelStamp]:
+    """Load a model saved by save_model; refuse other kinds, other format versions and (with
+    `expected_type`) a file whose stamp is right but whose object is of another class."""
     try:
         payload = joblib.load(os.fspath(path))
     except FileNotFoundError:
@@ -114,4 +115,8 @@ def load_model(path: str | os.PathLike, expected_model: str) -> tuple[Any, Model
         raise ModelError(
             f"{path}: model format version {stamp.format_version}, this lucidd reads {MODEL_FORMAT_VERSION}; refit it"
         )
-    return payload["model"], stamp
+    obj = payload["model"]
+    if expected_type is not None and not isinstance(obj, expected_type):
+        raise ModelError(f"{path}: stamped '{expected_model}' but holds a {type(obj).__name__}, "
+                         f"expected {expected_type.__name__}")
+    return obj, stamp

@@ -573,9 +573,7 @@ class DurationModel:
 
     @classmethod
     def load(cls, path) -> "DurationModel":
-        obj, stamp = load_model(path, MODEL_NAME)
-        if not isinstance(obj, cls):
-            raise ModelError(f"{path}: holds a {type(obj).__name__}, expected DurationModel")
+        obj, stamp = load_model(path, MODEL_NAME, cls)
         obj.stamp_ = stamp
         return obj
 

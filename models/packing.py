@@ -415,9 +415,7 @@ class PackingModel:
 
     @classmethod
     def load(cls, path) -> "PackingModel":
-        obj, stamp = load_model(path, MODEL_NAME)
-        if not isinstance(obj, cls):
-            raise ModelError(f"{path}: stamped '{MODEL_NAME}' but holds a {type(obj).__name__}")
+        obj, stamp = load_model(path, MODEL_NAME, cls)
         obj.stamp = stamp
         return obj
 

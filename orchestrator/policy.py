@@ -96,7 +96,7 @@ class LucidPolicy(Policy):
                 why_not = f"would outlast the reservation for starving job {draining_for.job_id}"
             else:
                 why_not = "exclusive GPUs were free"
-            if layout is not None and draining_for is not None and now + job.estimate > shadow:
+            if layout is not None and not backfill_ok:
                 continue  # would still hold GPUs when the starving job is due to start
             if layout is not None:
                 cluster.take(layout)
