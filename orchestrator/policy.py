@@ -2,7 +2,10 @@
 
 Order: priority = estimated duration x GPUs, smallest first (jobs are not preempted).
 Placement: consolidated; a job that does not fit exclusively may share the GPUs of a compatible
-running job (binder rules) when the adaptive switch allows packing.
+running job (binder rules) when the adaptive switch allows packing. A job that does fit packs
+first only while free GPUs are wanted: some queued job cannot start on them, or a multi-node job
+(which can never share) is running or queued in the VC. Otherwise it runs alone, since sharing
+slows both jobs down.
 Starvation guard: a job waiting longer than `starvation_s` jumps the queue, and while it cannot
 start it holds a reservation: later jobs may take free GPUs, or pack onto running ones, only if
 their estimated end comes before the reserved job's estimated start (EASY backfilling). Once the
@@ -14,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from binder.pairing import SCORE_NAMES, BinderConfig, PackingSwitch, find_partner
+from itertools import chain
+
 from lucidd.cluster import place_consolidated
 from lucidd.policies.base import Policy, Share, Start
 
@@ -22,6 +27,10 @@ from lucidd.policies.base import Policy, Share, Start
 class LucidConfig:
     packing: bool = True
     pack_first: bool = True  # pack a queued job onto a compatible running one before using free GPUs (artifact; measured better on Venus, docs/lucid.md)
+    # ... but only while free GPUs are wanted (free_gpus_wanted). Packing when nobody needs the
+    # free GPUs only adds run time: on Venus' lightly loaded VCs always-pack-first cost up to
+    # 374 s of average JCT per VC for queues Tiresias keeps at ~10 s (docs/lucid.md).
+    lazy_pack_first: bool = True
     # 72 h: at 48 h the guard fired for so many jobs on Philly's long queues that the queue became
     # nearly FIFO (avg JCT 55k s vs 32k s); on Venus 72 h still keeps p99.9 under Tiresias'. The
     # tuner (orchestrator/tuner.py) proposes a value per cluster. docs/lucid.md.
@@ -69,6 +78,10 @@ class LucidPolicy(Policy):
         for j in view.running:
             if j.partner is None:
                 candidates.setdefault(j.gpu_num, []).append(j)
+        # Computed once per decision, on the free GPUs before anything starts (as the measurements).
+        keep_free = None
+        if gss >= 0 and cfg.pack_first:
+            keep_free = free_gpus_wanted(order, view.running, cluster) if cfg.lazy_pack_first else "always pack first"
         decisions = []
         draining_for = None  # a starving job that cannot start yet: only jobs ending before its
         shadow = None        # estimated start ("shadow" time, EASY backfilling) may take free GPUs
@@ -81,19 +94,25 @@ class LucidPolicy(Policy):
             # While draining, a packed job must also end before the reserved start (it would
             # otherwise keep its shared GPUs busy past it, as chains of packed jobs did).
             backfill_ok = draining_for is None or now + job.estimate <= shadow
-            if gss >= 0 and (cfg.pack_first or layout is None or draining_for is not None) and backfill_ok:
+            if gss >= 0 and (keep_free is not None or layout is None or draining_for is not None) and backfill_ok:
                 same_size = candidates.get(job.gpu_num, ())
                 partner, why_not = find_partner(job, same_size, cfg.binder, gss)
                 if partner is not None:
                     same_size.remove(partner)
+                    why_pack = ("no exclusive GPUs free" if layout is None else
+                                f"free GPUs kept: {keep_free}" if keep_free is not None else
+                                f"draining for starving job {draining_for.job_id}")
                     decisions.append(Share(job, partner, reason=(
                         f"packed with job {partner.job_id}: {SCORE_NAMES[job.share_score]}+"
-                        f"{SCORE_NAMES[partner.share_score]} <= GSS {gss}, same {job.gpu_num} GPU(s), memory fits")))
+                        f"{SCORE_NAMES[partner.share_score]} <= GSS {gss}, same {job.gpu_num} GPU(s), memory fits; "
+                        f"{why_pack}")))
                     continue
             elif gss < 0:
                 why_not = "packing off (low demand or nobody waiting)"
             elif not backfill_ok:
                 why_not = f"would outlast the reservation for starving job {draining_for.job_id}"
+            elif cfg.pack_first and cfg.lazy_pack_first:
+                why_not = "exclusive GPUs were free and no other job needed them"
             else:
                 why_not = "exclusive GPUs were free"
             if layout is not None and not backfill_ok:
@@ -108,6 +127,28 @@ class LucidPolicy(Policy):
                 draining_for = job
                 shadow = shadow_start(job, view.running, cluster, now)
         return decisions
+
+
+def free_gpus_wanted(order, running, cluster) -> str | None:
+    """Why the VC's free GPUs are wanted by others (so a job that fits should pack first), or None.
+
+    Wanted when a queued job cannot start on them even after those ahead of it in `order` have
+    started, or when a multi-node job is running or queued: it can never share, and packing the
+    small jobs is what keeps whole nodes free for it (on Venus' vcEwI, where one user submits
+    hundreds of 32-GPU jobs, packing only when blocked made them wait 44x longer).
+    """
+    per_node = cluster.gpus_per_node
+    for j in chain(order, running):
+        if j.gpu_num > per_node:
+            return f"multi-node job {j.job_id} in the VC needs whole nodes"
+    trial = list(cluster.free)
+    for j in order:  # each placement takes >= 1 GPU: at most total GPUs + 1 steps
+        layout = place_consolidated(trial, j.gpu_num, per_node)
+        if layout is None:
+            return f"job {j.job_id} ({j.gpu_num} GPU(s)) cannot start on the free GPUs"
+        for node, n in layout:
+            trial[node] -= n
+    return None
 
 
 def _submitted(job) -> int:

@@ -202,8 +202,10 @@ def run_lucid(exp: Experiment, jobs, on_progress, variant: str) -> SimulationRes
     gss = int(_option(exp, "gss", defaults["gss"]))
     config = LucidConfig(packing=packing and gss > 0, binder=replace(BinderConfig(), gss=max(gss, 0)),
                          starvation_s=int(_option(exp, "starvation_s", defaults["starvation_s"])),
-                         pack_first=bool(_option(exp, "pack_first", LucidConfig.pack_first)),
-                         guard_one=bool(int(_option(exp, "guard_one", LucidConfig.guard_one))))
+                         pack_first=bool(int(_option(exp, "pack_first", LucidConfig.pack_first))),
+                         lazy_pack_first=bool(int(_option(exp, "lazy_pack_first", LucidConfig.lazy_pack_first))),
+                         guard_one=bool(int(_option(exp, "guard_one", LucidConfig.guard_one))),
+                         backfill_grace_s=int(_option(exp, "backfill_grace_s", LucidConfig.backfill_grace_s)))
     speeds = PairSpeeds.from_csv(exp.options["colocation"]) if exp.options.get("colocation") else PairSpeeds()
 
     def record(now, vc, decisions):

@@ -104,3 +104,32 @@ def test_unpackable_queued_job_is_refused_without_scanning_running_jobs():
     q = job("q", 1, 100, score=None)
     partner, why = find_partner(q, must_not_iterate(), BinderConfig())
     assert partner is None and "no packing class" in why
+
+
+def test_runs_alone_when_nobody_needs_the_free_gpus():
+    # Sharing slows both jobs: with free GPUs for every queued job and no multi-node job
+    # around, a job that fits starts exclusively even though a partner is available.
+    r = _running(job("r", 1, 1000), [0])
+    d = LucidPolicy().schedule(view([job("q", 1, 500)], running=[r], free=(7,)))
+    assert [type(x) for x in d] == [Start] and "no other job needed them" in d[0].reason
+    # The artifact's always-pack-first is still available.
+    d = LucidPolicy(LucidConfig(lazy_pack_first=False)).schedule(view([job("q", 1, 500)], running=[r], free=(7,)))
+    assert [type(x) for x in d] == [Share]
+
+
+def test_packs_first_while_a_queued_job_cannot_start():
+    # `q` fits on the one free GPU, but `wide` (4 GPUs) cannot start: q packs, keeping the GPU.
+    r = _running(job("r", 1, 1000), [0])
+    q, wide = job("q", 1, 500), job("wide", 4, 600)
+    d = LucidPolicy().schedule(view([q, wide], running=[r], free=(1,)))
+    assert [type(x) for x in d] == [Share] and d[0].job is q
+    assert "free GPUs kept: job wide (4 GPU(s)) cannot start" in d[0].reason
+
+
+def test_packs_first_while_a_multi_node_job_runs():
+    # Multi-node jobs never share; packing the small ones keeps whole nodes free for them.
+    r = _running(job("r", 1, 1000), [0])
+    big = job("big", 16, 1000)
+    big.status, big.alloc, big.start_time = "running", ((1, tuple(range(8))), (2, tuple(range(8)))), 0
+    d = LucidPolicy().schedule(view([job("q", 1, 500)], running=[r, big], free=(7, 0, 0, 8)))
+    assert [type(x) for x in d] == [Share] and "multi-node job big" in d[0].reason
