@@ -135,7 +135,7 @@ def free_gpus_wanted(order, running, cluster) -> str | None:
     Wanted when a queued job cannot start on them even after those ahead of it in `order` have
     started, or when a multi-node job is running or queued: it can never share, and packing the
     small jobs is what keeps whole nodes free for it (on Venus' vcEwI, where one user submits
-    hundreds of 32-GPU jobs, packing only when blocked made them wait 44x longer).
+    hundreds of 32-GPU jobs, packing only when blocked made them wait 50x longer).
     """
     per_node = cluster.gpus_per_node
     for j in chain(order, running):
