@@ -15,10 +15,9 @@ starving job is `backfill_grace_s` past the threshold, the VC drains for it (not
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-from binder.pairing import SCORE_NAMES, BinderConfig, PackingSwitch, find_partner
 from itertools import chain
 
+from binder.pairing import SCORE_NAMES, BinderConfig, PackingSwitch, find_partner
 from lucidd.cluster import place_consolidated
 from lucidd.policies.base import Policy, Share, Start
 
@@ -32,8 +31,9 @@ class LucidConfig:
     # 374 s of average JCT per VC for queues Tiresias keeps at ~10 s (docs/lucid.md).
     lazy_pack_first: bool = True
     # 72 h: at 48 h the guard fired for so many jobs on Philly's long queues that the queue became
-    # nearly FIFO (avg JCT 55k s vs 32k s); on Venus 72 h still keeps p99.9 under Tiresias'. The
-    # tuner (orchestrator/tuner.py) proposes a value per cluster. docs/lucid.md.
+    # nearly FIFO (avg JCT 55k s vs 32k s), and at 84 h Philly's p99.9 exceeds Tiresias'. Venus'
+    # p99.9 swings both ways with this value (docs/lucid.md, "Lazy pack-first"). The tuner
+    # (orchestrator/tuner.py) proposes a value per cluster.
     starvation_s: int = 72 * 3600
     guard_one: bool = True  # only the longest-waiting starving job jumps the queue
     # Backfilling around a starving job trusts estimates, which can be far too short: each
@@ -78,7 +78,7 @@ class LucidPolicy(Policy):
         for j in view.running:
             if j.partner is None:
                 candidates.setdefault(j.gpu_num, []).append(j)
-        # Computed once per decision, on the free GPUs before anything starts (as the measurements).
+        # Once per decision, on the free GPUs before this decision starts anything.
         keep_free = None
         if gss >= 0 and cfg.pack_first:
             keep_free = free_gpus_wanted(order, view.running, cluster) if cfg.lazy_pack_first else "always pack first"
