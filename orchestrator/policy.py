@@ -19,7 +19,7 @@ from itertools import chain
 
 from binder.pairing import SCORE_NAMES, BinderConfig, PackingSwitch, find_partner
 from lucidd.cluster import place_consolidated
-from lucidd.policies.base import Policy, Share, Start
+from lucidd.policies.base import ClusterView, Policy, Share, Start
 
 
 @dataclass(frozen=True)
@@ -141,13 +141,12 @@ def free_gpus_wanted(order, running, cluster) -> str | None:
     for j in chain(order, running):
         if j.gpu_num > per_node:
             return f"multi-node job {j.job_id} in the VC needs whole nodes"
-    trial = list(cluster.free)
+    trial = ClusterView(cluster.name, per_node, cluster.free)  # a scratch copy of the free counts
     for j in order:  # each placement takes >= 1 GPU: at most total GPUs + 1 steps
-        layout = place_consolidated(trial, j.gpu_num, per_node)
+        layout = trial.place(j.gpu_num)
         if layout is None:
             return f"job {j.job_id} ({j.gpu_num} GPU(s)) cannot start on the free GPUs"
-        for node, n in layout:
-            trial[node] -= n
+        trial.take(layout)
     return None
 
 
