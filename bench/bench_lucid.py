@@ -42,10 +42,10 @@ def decision_time():
     pending = [Job(i, "a", rng.choice([1, 1, 2, 4, 8, 16]), i, rng.randint(10, 10**5), i) for i in range(10_000)]
     for j in pending:
         j.estimate, j.share_score, j.profile = j.duration * 1.3, rng.choice([0, 1, 2]), {"gmem": 4000}
-    pending.sort(key=LucidPolicy.pending_key)
+    policy = LucidPolicy()
+    pending.sort(key=policy.pending_key)
     view = SchedulingView(now=20_000, pending=pending, running=[], cluster=ClusterView("a", 8, [1] * 32),
                           context={"forecast": 10.0})
-    policy = LucidPolicy()
     t = time.perf_counter()
     for _ in range(10):
         policy.schedule(view)

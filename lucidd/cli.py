@@ -43,7 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     lucid.add_argument("--cprof", type=int, help="profiling partition nodes Cprof (default ~1.5%% of nodes, at least 1)")
     lucid.add_argument("--nprof", type=int, help="largest job (GPUs) that is profiled, Nprof (default 8)")
     lucid.add_argument("--gss", type=int, help="GPU sharing score budget GSS (default 2; 0 disables packing)")
-    lucid.add_argument("--starvation-s", type=int, help="wait after which a job jumps the queue (default 259200 = 72 h)")
+    lucid.add_argument("--starvation-s", type=int, help="wait after which a job jumps the queue (default 345600 = 96 h)")
+    lucid.add_argument("--aging-halflife-s", type=int,
+                       help="a waiting job's priority value (estimate x GPUs) halves every this many seconds "
+                            "(default 172800 = 48 h; 0: no aging)")
     s.add_argument("--skip-bad-rows", action="store_true", help="drop malformed trace rows (counted and reported) instead of failing")
     s.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -69,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--out", default="tune-out", help="where proposal.json and tuning_points.csv go (default ./tune-out)")
     for flag in ("--colocation", "--profiles"):
         t.add_argument(flag, help="as for simulate")
-    for flag in ("--tprof", "--cprof", "--nprof", "--gss", "--starvation-s"):
+    for flag in ("--tprof", "--cprof", "--nprof", "--gss", "--starvation-s", "--aging-halflife-s"):
         t.add_argument(flag, type=int, help="current value (default: lucidd's default)")
     return p
 
@@ -118,7 +121,7 @@ def _experiment_from_args(args, what: str):
     exp = make_experiment(loaded, vc_config=vc_config, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                           estimates_path=getattr(args, "estimates", None), prior=prior)
     exp.options.update({k: getattr(args, k) for k in ("colocation", "profiles", "tprof", "cprof", "nprof", "gss",
-                                                       "starvation_s")})
+                                                       "starvation_s", "aging_halflife_s")})
     return loaded, exp
 
 

@@ -48,7 +48,7 @@ PACKING_FEATURES = ("gpu_util", "gmem_util", "gmem", "amp")
 _TEXT_COLS = ("user", "vc", "weekday", "name_norm", "estimate_source")
 _NONE_WHEN_EMPTY = ("user", "vc")
 #: Lucid options of the run worth knowing when explaining it (only those set are recorded)
-OPTIONS = ("colocation", "profiles", "tprof", "cprof", "nprof", "gss", "starvation_s")
+OPTIONS = ("colocation", "profiles", "tprof", "cprof", "nprof", "gss", "starvation_s", "aging_halflife_s")
 NO_WORKLOAD = ("the trace has no workload columns (gpu_util, gmem_util, gmem, amp): jobs get no packing "
                "class and are never packed")
 

@@ -1,6 +1,9 @@
 """The Lucid scheduling policy: a pure function of the queue, the running jobs and free GPUs.
 
-Order: priority = estimated duration x GPUs, smallest first (jobs are not preempted).
+Order: priority = estimated duration x GPUs, smallest first (jobs are not preempted), aged: a
+waiting job's priority value halves every `aging_halflife_s` it waits, so a job whose estimate
+ranks it last still reaches the front eventually (the order stays a static sort key; see
+`pending_key`).
 Placement: consolidated; a job that does not fit exclusively may share the GPUs of a compatible
 running job (binder rules) when the adaptive switch allows packing. A job that does fit packs
 first only while free GPUs are wanted: some queued job cannot start on them, or a multi-node job
@@ -14,6 +17,7 @@ starving job is `backfill_grace_s` past the threshold, the VC drains for it (not
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -30,11 +34,20 @@ class LucidConfig:
     # free GPUs only adds run time: on Venus' lightly loaded VCs always-pack-first cost up to
     # 374 s of average JCT per VC for queues Tiresias keeps at ~10 s (docs/lucid.md).
     lazy_pack_first: bool = True
-    # 72 h: at 48 h the guard fired for so many jobs on Philly's long queues that the queue became
-    # nearly FIFO (avg JCT 55k s vs 32k s), and at 84 h Philly's p99.9 exceeds Tiresias'. Venus'
-    # p99.9 swings both ways with this value (docs/lucid.md, "Lazy pack-first"). The tuner
-    # (orchestrator/tuner.py) proposes a value per cluster.
-    starvation_s: int = 72 * 3600
+    # Aging: the sort value estimate x GPUs halves every this many seconds of waiting (0: no
+    # aging, pure estimate x GPUs). Without it a job the estimate ranks last waits until the
+    # guard below fires; on Venus those jobs (32-GPU jobs in vcHvQ, 128-GPU jobs behind others
+    # with shorter estimates) set a p99.9 above Tiresias' with the guard at 60 or 72 h, while a
+    # guard low enough for Venus made Philly's order nearly FIFO. 48 h: Venus and Philly both
+    # beat Tiresias on all three measures for every half-life replayed from 18 to 72 h with a
+    # guard at 84-120 h (docs/lucid.md, "Aging").
+    aging_halflife_s: int = 48 * 3600
+    # The hard bound behind aging (which alone cannot bound a wait: a job 2^20 times larger than
+    # a stream of tiny ones needs 20 half-lives). 96 h: with aging, Philly's jobs start before
+    # it fires, and Venus is within 100 s of its best average JCT there. Without aging the guard
+    # was the only tail control and 72 h was the compromise (at 48 h Philly's queue turned
+    # nearly FIFO, at 84 h its p99.9 exceeded Tiresias'). The tuner proposes a value per cluster.
+    starvation_s: int = 96 * 3600
     guard_one: bool = True  # only the longest-waiting starving job jumps the queue
     # Backfilling around a starving job trusts estimates, which can be far too short: each
     # backfilled job that overruns pushes the reservation back, with no bound. After this long
@@ -53,9 +66,28 @@ class LucidPolicy(Policy):
     def __init__(self, config: LucidConfig | None = None):
         self.config = config or LucidConfig()
 
-    @staticmethod
-    def pending_key(job):
-        return (job.estimate * job.gpu_num, job.seq)
+    def pending_key(self, job):
+        """Queue order, ascending: estimate x GPUs, halved per `aging_halflife_s` waited.
+
+        size * 2^-(now - submitted)/H orders jobs the same as log2(size) + submitted/H, since
+        the now/H term is common to every job at any instant. So aging needs no re-sort as
+        time passes: the key is fixed at submission, like the unaged one.
+        """
+        size = _size(job)
+        halflife = self.config.aging_halflife_s
+        if not halflife or halflife <= 0:
+            return (size, job.seq)
+        return (math.log2(size) + _submitted(job) / halflife, job.seq)
+
+    def priority_text(self, job, now) -> str:
+        """The job's sort value at `now`, as the decision text shows it."""
+        size = _size(job)
+        halflife = self.config.aging_halflife_s
+        if not halflife or halflife <= 0:
+            return f"priority {size:,.0f} GPU-s = estimate x GPUs"
+        waited = max(0.0, now - _submitted(job))
+        return (f"priority {size * 2.0 ** (-waited / halflife):,.0f} GPU-s = estimate x GPUs {size:,.0f} "
+                f"halved per {halflife / 3600:g} h waited, {waited / 3600:.1f} h")
 
     def _gss(self, view) -> int:
         if not self.config.packing:
@@ -120,8 +152,8 @@ class LucidPolicy(Policy):
             if layout is not None:
                 cluster.take(layout)
                 decisions.append(Start(job, layout, reason=(
-                    f"{'starvation guard, ' if id(job) in starving_ids else ''}queue rank {rank + 1}, "
-                    f"exclusive; not packed: {why_not}")))
+                    f"{'starvation guard, ' if id(job) in starving_ids else ''}queue rank {rank + 1} "
+                    f"({self.priority_text(job, now)}), exclusive; not packed: {why_not}")))
                 continue
             if id(job) in starving_ids and draining_for is None:
                 draining_for = job
@@ -148,6 +180,11 @@ def free_gpus_wanted(order, running, cluster) -> str | None:
             return f"job {j.job_id} ({j.gpu_num} GPU(s)) cannot start on the free GPUs"
         trial.take(layout)
     return None
+
+
+def _size(job) -> float:
+    """estimate x GPUs in GPU-seconds, at least 1 (so its log is defined)."""
+    return max(float(job.estimate or 0.0) * job.gpu_num, 1.0)
 
 
 def _submitted(job) -> int:

@@ -38,7 +38,7 @@ def option_defaults(spec) -> dict:
     components' own config defaults; the simulation runner and the tuner both read it."""
     return {"tprof": ProfilerConfig.time_limit, "nprof": ProfilerConfig.max_gpus,
             "cprof": default_profiler_nodes(spec), "gss": BinderConfig.gss,
-            "starvation_s": LucidConfig.starvation_s}
+            "starvation_s": LucidConfig.starvation_s, "aging_halflife_s": LucidConfig.aging_halflife_s}
 
 
 # ----- model inputs, computed once per experiment and shared by the variants ----------------
@@ -202,6 +202,7 @@ def run_lucid(exp: Experiment, jobs, on_progress, variant: str) -> SimulationRes
     gss = int(_option(exp, "gss", defaults["gss"]))
     config = LucidConfig(packing=packing and gss > 0, binder=replace(BinderConfig(), gss=max(gss, 0)),
                          starvation_s=int(_option(exp, "starvation_s", defaults["starvation_s"])),
+                         aging_halflife_s=int(_option(exp, "aging_halflife_s", defaults["aging_halflife_s"])),
                          pack_first=bool(int(_option(exp, "pack_first", LucidConfig.pack_first))),
                          lazy_pack_first=bool(int(_option(exp, "lazy_pack_first", LucidConfig.lazy_pack_first))),
                          guard_one=bool(int(_option(exp, "guard_one", LucidConfig.guard_one))),

@@ -8,8 +8,9 @@ current and proposed settings, and every point it tried, so an admin can check t
 Search: coordinate descent, one parameter at a time over a small grid with the others held at
 their best value so far. Simulated metrics along one grid are noisy (one replay per point), so
 where a parameter's effect must be monotone the curve is first smoothed with isotonic regression
-(pool-adjacent-violators): waiting longer before the starvation guard fires can only lengthen the
-tail (p99.9 queue non-decreasing) and can only help the average (avg JCT non-increasing); a
+(pool-adjacent-violators): waiting longer before the starvation guard fires, or aging the queue
+more slowly, can only lengthen the tail (p99.9 queue non-decreasing) and can only help the
+average (avg JCT non-increasing), since both move the order towards pure shortest-first; a
 longer profiling limit can only let more jobs finish inside it. A value is *feasible* when its
 smoothed tail and average queueing delay are no worse than the reference's (within `tail_slack`);
 among feasible values the one with the lowest smoothed average JCT wins, ties going to the
@@ -55,6 +56,9 @@ def default_space(exp: Experiment, packing: bool = True) -> list[TunableParam]:
         TunableParam("cprof", tuple(cprof), {}, "profiling partition nodes Cprof"),
         TunableParam("starvation_s", tuple(h * HOUR for h in (24, 36, 48, 60, 72, 96, 120)),
                      {"p999_queue_s": "up", "avg_jct_s": "down"}, "wait after which a job jumps the queue (s)"),
+        TunableParam("aging_halflife_s", tuple(h * HOUR for h in (12, 24, 48, 96, 192)),
+                     {"p999_queue_s": "up", "avg_jct_s": "down"},
+                     "a waiting job's priority value halves every this many seconds (s)"),
     ]
     if packing:
         space.insert(0, TunableParam("gss", (0, 1, 2), {"packed_jobs": "up"}, "GPU sharing score budget GSS"))
@@ -237,14 +241,14 @@ def write_proposal(proposal: Proposal, out_dir) -> dict:
 
 def format_proposal(proposal: Proposal) -> str:
     ref, cur, new = proposal.reference, proposal.current, proposal.proposed
-    lines = ["parameter       current      proposed"]
+    lines = [f"{'parameter':17s} {'current':>10s}  {'proposed':>12s}"]
     for k, v in proposal.proposed_params.items():
         mark = "" if proposal.current_params.get(k) == v else "   <- change"
-        lines.append(f"{k:15s} {proposal.current_params.get(k)!s:>10s}  {v!s:>12s}{mark}")
+        lines.append(f"{k:17s} {proposal.current_params.get(k)!s:>10s}  {v!s:>12s}{mark}")
     lines.append("")
-    lines.append(f"{'simulated':15s} {proposal.reference_policy:>12s} {'current':>12s} {'proposed':>12s}")
+    lines.append(f"{'simulated':17s} {proposal.reference_policy:>10s} {'current':>12s} {'proposed':>12s}")
     for m in ("avg_jct_s", "avg_queue_s", "p999_queue_s", "profiler_finished", "packed_jobs"):
-        lines.append(f"{m:15s} {ref[m]:12,.0f} {cur[m]:12,.0f} {new[m]:12,.0f}")
+        lines.append(f"{m:17s} {ref[m]:10,.0f} {cur[m]:12,.0f} {new[m]:12,.0f}")
     lines.append("")
     lines.append(f"avg JCT gain: {proposal.jct_gain:.3f}x vs current, "
                  f"{_ratio(ref['avg_jct_s'], new['avg_jct_s']):.3f}x vs {proposal.reference_policy}; "

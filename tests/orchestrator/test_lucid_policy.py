@@ -13,7 +13,7 @@ def job(i, gpus, est, score=0, submit=0):
 
 
 def view(pending, running=(), free=(8,), now=100, forecast=10.0):
-    pending = sorted(pending, key=LucidPolicy.pending_key)
+    pending = sorted(pending, key=LucidPolicy().pending_key)
     return SchedulingView(now=now, pending=pending, running=list(running), cluster=ClusterView("a", 8, list(free)),
                           context={"forecast": forecast})
 
@@ -133,3 +133,38 @@ def test_packs_first_while_a_multi_node_job_runs():
     big.status, big.alloc, big.start_time = "running", ((1, tuple(range(8))), (2, tuple(range(8)))), 0
     d = LucidPolicy().schedule(view([job("q", 1, 500)], running=[r, big], free=(7, 0, 0, 8)))
     assert [type(x) for x in d] == [Share] and "multi-node job big" in d[0].reason
+
+
+def test_aging_lets_a_long_waiting_large_job_overtake_new_small_ones():
+    # 8 GPUs x 10,000 s is 80x a fresh 1 GPU x 1,000 s job: past log2(80) = 6.3 half-lives of
+    # waiting the old job ranks first; without aging it never does.
+    old_big = job("old_big", 8, 10_000, submit=0)
+    hour = 3600
+    for waited_h, first in ((5, "new_small"), (7, "old_big")):
+        new_small = job("new_small", 1, 1_000, submit=waited_h * hour)
+        aged = sorted([new_small, old_big], key=LucidPolicy(LucidConfig(aging_halflife_s=hour)).pending_key)
+        assert aged[0].job_id == first
+        unaged = sorted([new_small, old_big], key=LucidPolicy(LucidConfig(aging_halflife_s=0)).pending_key)
+        assert unaged[0].job_id == "new_small"
+
+
+def test_aged_key_orders_as_halving_per_halflife_at_any_instant():
+    import random
+
+    rng = random.Random(3)
+    halflife = 5_000
+    policy = LucidPolicy(LucidConfig(aging_halflife_s=halflife))
+    jobs = [job(i, rng.choice([1, 2, 4, 8]), rng.randint(1, 10**5), submit=rng.randint(0, 50_000)) for i in range(200)]
+    by_key = [j.job_id for j in sorted(jobs, key=policy.pending_key)]
+    for now in (50_000, 80_000, 200_000):  # the order never needs re-sorting as time passes
+        aged = sorted(jobs, key=lambda j: (j.estimate * j.gpu_num * 2 ** (-(now - j.submit_time) / halflife), j.seq))
+        assert [j.job_id for j in aged] == by_key
+
+
+def test_aging_counts_the_wait_from_the_original_submission():
+    # a job requeued from the profiler keeps its first submission time (attrs["submitted"])
+    requeued = job("requeued", 1, 3_000, submit=7_200)
+    requeued.attrs["submitted"] = 0
+    fresh = job("fresh", 1, 1_000, submit=7_200)
+    key = LucidPolicy(LucidConfig(aging_halflife_s=3600)).pending_key
+    assert sorted([fresh, requeued], key=key)[0].job_id == "requeued"  # waited 2 h: 3,000 / 4 < 1,000

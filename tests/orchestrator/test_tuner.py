@@ -8,6 +8,7 @@ import pytest
 from lucidd.cli import main
 from lucidd.experiment import make_experiment
 from lucidd.traces import load_trace, sample_trace_path, sample_vc_config_path
+from orchestrator.policy import LucidConfig
 from orchestrator.tuner import HOUR, TunableParam, Tuner, format_proposal, history_window, isotonic, write_proposal
 
 
@@ -35,7 +36,7 @@ def test_tuner_proposes_from_replays_and_leaves_options_alone(small_experiment, 
     proposal = Tuner(exp, space=space, workers=1).run()
     assert {k: v for k, v in exp.options.items() if not k.startswith("_")} == before  # nothing changed
     assert proposal.proposed_params["starvation_s"] in (12 * HOUR, 72 * HOUR)
-    assert proposal.current_params["starvation_s"] == 72 * HOUR
+    assert proposal.current_params["starvation_s"] == LucidConfig.starvation_s  # lucidd's default
     # the proposal's metrics are those of a replay the tuner actually ran
     tried = {p["params"]["starvation_s"]: p["metrics"] for p in proposal.points}
     assert proposal.proposed == tried[proposal.proposed_params["starvation_s"]]
@@ -70,5 +71,5 @@ def test_tune_cli_writes_a_proposal(tmp_path, capsys):
     for key in ("reference", "current_params", "proposed_params", "proposed", "feasible", "jct_gain_vs_current",
                 "changes", "reasons", "curves"):
         assert key in out
-    assert set(out["proposed_params"]) >= {"tprof", "cprof", "starvation_s"}
+    assert set(out["proposed_params"]) >= {"tprof", "cprof", "starvation_s", "aging_halflife_s"}
     assert (tmp_path / "proposal.json").exists()
