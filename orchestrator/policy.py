@@ -44,7 +44,7 @@ class LucidConfig:
     aging_halflife_s: int = 48 * 3600
     # The hard bound behind aging (which alone cannot bound a wait: a job 2^20 times larger than
     # a stream of tiny ones needs 20 half-lives). 96 h: with aging, Philly's jobs start before
-    # it fires, and Venus is within 100 s of its best average JCT there. Without aging the guard
+    # it fires, and Venus' average JCT is within 51 s of running with no guard at all. Without aging the guard
     # was the only tail control and 72 h was the compromise (at 48 h Philly's queue turned
     # nearly FIFO, at 84 h its p99.9 exceeded Tiresias'). The tuner proposes a value per cluster.
     starvation_s: int = 96 * 3600
@@ -183,8 +183,13 @@ def free_gpus_wanted(order, running, cluster) -> str | None:
 
 
 def _size(job) -> float:
-    """estimate x GPUs in GPU-seconds, at least 1 (so its log is defined)."""
-    return max(float(job.estimate or 0.0) * job.gpu_num, 1.0)
+    """estimate x GPUs in GPU-seconds, at least 1 (so its log is defined). A missing or invalid
+    estimate (None, NaN, <= 0) counts as 1 s: a NaN key would corrupt the sorted queue. Backends
+    always set an estimate (a fallback when the model has none), so this is a last resort."""
+    est = job.estimate
+    if est is None or not est > 0:  # `not est > 0` is also true for NaN
+        est = 1.0
+    return max(float(est) * job.gpu_num, 1.0)
 
 
 def _submitted(job) -> int:

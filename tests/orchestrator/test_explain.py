@@ -151,3 +151,18 @@ def test_ebm_estimate_is_explained_with_its_contributions(two_weeks, capsys):
     assert main(["explain", "job", str(job["job_id"]), "--sim-out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "source: EBM v1" in text and "top contributions" in text and e["terms"][0]["term"] in text
+
+
+def test_aging_flag_reaches_the_policy_and_the_explanation(tmp_path, sample_out, capsys):
+    # default: the decision text shows the aged priority with the 48 h half-life
+    started = _jobs(sample_out)
+    started = started[started["decision"].fillna("").str.contains("queue rank")]
+    assert started["decision"].str.contains("halved per 48 h waited").all()
+    out = tmp_path / "aging"
+    _simulate(out, "--aging-halflife-s", "3600")
+    assert json.loads((out / "models" / "index.json").read_text())["options"]["aging_halflife_s"] == 3600
+    jobs = _jobs(out)
+    row = jobs[jobs["decision"].fillna("").str.contains("queue rank")].iloc[0]
+    assert "halved per 1 h waited" in row["decision"]
+    r = _explain_json(capsys, out, row["job_id"])
+    assert r["decision"]["queue_rank"] is not None
