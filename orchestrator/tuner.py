@@ -50,11 +50,13 @@ class TunableParam:
 
 def default_space(exp: Experiment, packing: bool = True) -> list[TunableParam]:
     nodes = exp.spec.total_nodes
-    cprof = sorted({max(1, round(nodes * f)) for f in (0.01, 0.015, 0.03, 0.05)})
+    # 0 = no profiling partition: on a lightly queued cluster the profiler's restarts cost more
+    # than the debug jobs it filters save (docs/lucid.md, Philly as one VC).
+    cprof = sorted({0} | {max(1, round(nodes * f)) for f in (0.01, 0.015, 0.03, 0.05)})
     space = [
         TunableParam("tprof", (60, 120, 200, 300, 600), {"profiler_finished": "up"},
                      "profiler time limit Tprof (s)"),
-        TunableParam("cprof", tuple(cprof), {}, "profiling partition nodes Cprof"),
+        TunableParam("cprof", tuple(cprof), {}, "profiling partition nodes Cprof (0: no profiler)"),
         TunableParam("starvation_s", tuple(h * HOUR for h in (24, 36, 48, 60, 72, 96, 120)),
                      {"avg_jct_s": "down"}, "wait after which a job jumps the queue (s)"),
         TunableParam("aging_halflife_s", tuple(h * HOUR for h in (12, 24, 48, 96, 192)), {"avg_jct_s": "down"},
@@ -217,6 +219,12 @@ class Tuner:
                 best[param.name] = chosen
                 reasons.append(why)
                 self.log(why)
+        if best.get("cprof") == 0 and "tprof" in best and best["tprof"] != current.get("tprof"):
+            # Without a profiling partition Tprof has no effect: proposing a change would be noise.
+            best["tprof"] = current.get("tprof")
+            why = f"tprof={best['tprof']}: kept, since cprof=0 turns the profiler off and tprof then has no effect"
+            reasons.append(why)
+            self.log(why)
         proposed = self._run_many([best])[0]
         feasible = proposed["p999_queue_s"] <= limit_tail and proposed["avg_queue_s"] <= limit_queue
         points = [{"params": dict(k), "metrics": m} for k, m in self._seen.items()]

@@ -73,3 +73,11 @@ def test_tune_cli_writes_a_proposal(tmp_path, capsys):
         assert key in out
     assert set(out["proposed_params"]) >= {"tprof", "cprof", "starvation_s", "aging_halflife_s"}
     assert (tmp_path / "proposal.json").exists()
+
+
+def test_no_tprof_change_is_proposed_without_a_profiler(small_experiment):
+    space = [TunableParam("tprof", (60, 600)), TunableParam("cprof", (0,))]
+    proposal = Tuner(small_experiment, space=space, workers=1).run()
+    assert proposal.proposed_params["cprof"] == 0
+    assert proposal.proposed_params["tprof"] == proposal.current_params["tprof"]
+    assert any(r.startswith("tprof=") and "no effect" in r for r in proposal.reasons)
