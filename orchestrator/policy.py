@@ -44,9 +44,10 @@ class LucidConfig:
     aging_halflife_s: int = 48 * 3600
     # The hard bound behind aging (which alone cannot bound a wait: a job 2^20 times larger than
     # a stream of tiny ones needs 20 half-lives). 96 h: with aging, Philly's jobs start before
-    # it fires, and Venus' average JCT is within 51 s of running with no guard at all. Without aging the guard
-    # was the only tail control and 72 h was the compromise (at 48 h Philly's queue turned
-    # nearly FIFO, at 84 h its p99.9 exceeded Tiresias'). The tuner proposes a value per cluster.
+    # it fires, and Venus' average JCT is within 51 s of running with no guard at all. Without
+    # aging the guard was the only tail control and 72 h was the compromise (at 48 h Philly's
+    # queue turned nearly FIFO, at 84 h its p99.9 exceeded Tiresias'). The tuner proposes a
+    # value per cluster.
     starvation_s: int = 96 * 3600
     guard_one: bool = True  # only the longest-waiting starving job jumps the queue
     # Backfilling around a starving job trusts estimates, which can be far too short: each
