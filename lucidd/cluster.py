@@ -93,7 +93,10 @@ def size_cluster_from_trace(jobs: pd.DataFrame, gpus_per_node: int = 8, nodes: i
 
     With `nodes`, all jobs share one VC of that many nodes. Otherwise each VC gets enough nodes
     that its offered GPU load (GPU-seconds / (span x GPUs)) is about `target_load`, and at least
-    enough for its largest job. Documented in docs/simulator.md; pass --vc-config for real sizes.
+    enough for its largest job, but never more GPUs than all its jobs ask for together (more could
+    never be busy at once: a short trace, one job, would otherwise get a cluster sized for its
+    whole run squeezed into a one-second span). Documented in docs/simulator.md; pass
+    --vc-config for real sizes.
     """
     spec = ClusterSpec(source="sized from trace")
     if nodes is not None:
@@ -107,6 +110,7 @@ def size_cluster_from_trace(jobs: pd.DataFrame, gpus_per_node: int = 8, nodes: i
         gpu_seconds = float((grp["gpu_num"] * grp["duration"]).sum())
         need = gpu_seconds / (span * target_load)
         n = max(math.ceil(need / gpus_per_node), math.ceil(int(grp["gpu_num"].max()) / gpus_per_node), 1)
+        n = min(n, max(1, math.ceil(int(grp["gpu_num"].sum()) / gpus_per_node)))
         spec.vcs[str(vc)] = VCSpec(str(vc), n, gpus_per_node)
     return spec
 

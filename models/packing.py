@@ -255,10 +255,14 @@ class PackingModel:
         alpha = max(a for a, sc in scores.items() if sc >= best - 1e-12)
         return alpha, scores, k
 
-    def fit(self, profiles: pd.DataFrame, label_col: str = "label") -> "PackingModel":
+    def fit(self, profiles: pd.DataFrame, label_col: str = "label", allow_constant: bool = False) -> "PackingModel":
         """Fit on a profile table with the four feature columns and an integer `label_col`.
 
         Rows with a missing label or metric are dropped (and counted in evaluation()).
+        With fewer than two different labels or fewer than 4 labelled rows there is nothing to
+        learn: that raises ModelError, unless `allow_constant`, which gives a one-leaf tree
+        predicting the most common label (evaluation()["constant"] is True; its cross-validation
+        figures are None).
         """
         import warnings
 
@@ -274,6 +278,8 @@ class PackingModel:
         X, y = X_df[ok].to_numpy(), y_s[ok].astype(int).to_numpy()
         if set(np.unique(y)) - set(LABEL_NAMES):
             raise ModelError(f"packing fit: labels must be in {sorted(LABEL_NAMES)}")
+        if allow_constant and len(y) and (len(np.unique(y)) < 2 or len(y) < 4):
+            return self._fit_constant(X, y, dropped)
         if len(np.unique(y)) < 2:
             raise ModelError("packing fit: need at least two different labels")
         if len(y) < 4:
@@ -307,6 +313,7 @@ class PackingModel:
             "rows": int(len(y)),
             "rows_dropped": dropped,
             "class_counts": {LABEL_NAMES[c]: int((y == c).sum()) for c in labels},
+            "constant": False,
             "folds": int(k),
             "cv_repeats": int(max(1, self.cv_repeats)),
             "ccp_alpha": float(alpha),
@@ -320,6 +327,29 @@ class PackingModel:
             "train_accuracy": float(accuracy_score(y, tree.predict(X))),
             "n_leaves": int(tree.get_n_leaves()),
             "depth": int(tree.get_depth()),
+        }
+        return self
+
+    def _fit_constant(self, X: np.ndarray, y: np.ndarray, dropped: int) -> "PackingModel":
+        """A one-leaf tree: every input gets the most common label (ties: the lowest score)."""
+        counts = np.bincount(y, minlength=len(LABEL_NAMES))
+        label = int(np.argmax(counts))
+        tree = self._tree(0.0).fit(X, np.full(len(y), label))
+        labels = sorted(LABEL_NAMES)
+        self.tree_ = tree
+        self.ccp_alpha_ = 0.0
+        self.cv_scores_ = {}
+        self.train_rows_ = int(len(y))
+        self.evaluation_ = {
+            "rows": int(len(y)),
+            "rows_dropped": dropped,
+            "class_counts": {LABEL_NAMES[c]: int((y == c).sum()) for c in labels},
+            "constant": True,
+            "folds": 0, "cv_repeats": 0, "ccp_alpha": 0.0, "alpha_candidates": 0,
+            "cv_accuracy": None, "oof_accuracy": None, "oof_macro_f1": None,
+            "confusion_matrix": None, "nested_cv_accuracy": None, "nested_alphas": [],
+            "train_accuracy": float(np.mean(y == label)),
+            "n_leaves": 1, "depth": 0,
         }
         return self
 

@@ -125,7 +125,18 @@ def packing_classes(exp: Experiment) -> pd.Series:
     else:
         labelled = synthetic_labels(trace)
         source = "utilisation-based interference estimate (no measurement table given)"
-    model = PackingModel().fit(labelled)
+    usable = labelled.get("label", pd.Series(dtype=float)).notna() & \
+        labelled.reindex(columns=["gpu_util", "gmem_util", "gmem", "amp"]).notna().all(axis=1)
+    if not usable.any():
+        exp.notes.append(f"packing model ({source}): no labelled workload with all of gpu_util, gmem_util, "
+                         "gmem, amp: jobs get no packing class and are never packed")
+        cache["classes"] = pd.Series(np.nan, index=trace.index)
+        return cache["classes"]
+    # One class only (a one-job trace, or every workload labelled alike): no tree to learn, every
+    # job gets that class.
+    model = PackingModel().fit(labelled, allow_constant=True)
+    constant = (f"; {int(usable.sum())} labelled workload(s) are too few or too alike to learn a tree from, so "
+                "every job gets the most common class") if model.evaluation_.get("constant") else ""
     cache["packing_model"] = model
     cache["packing_source"] = source
     feats = trace[["gpu_util", "gmem_util", "gmem", "amp"]].apply(pd.to_numeric, errors="coerce")
@@ -133,7 +144,7 @@ def packing_classes(exp: Experiment) -> pd.Series:
     cache["classes"] = classes
     counts = classes.value_counts().to_dict()
     exp.notes.append(f"packing model ({source}): classes Tiny/Medium/Jumbo = "
-                     f"{int(counts.get(0.0, 0))}/{int(counts.get(1.0, 0))}/{int(counts.get(2.0, 0))}")
+                     f"{int(counts.get(0.0, 0))}/{int(counts.get(1.0, 0))}/{int(counts.get(2.0, 0))}{constant}")
     return classes
 
 
