@@ -1,28 +1,232 @@
-"""`lucidd`: the scheduling daemon (live-cluster loop arrives with its own issue).
+"""`lucidd`: the scheduling daemon on the Slurm controller.
 
-The command-line contract is fixed now so packaging and the systemd unit can rely on it:
-`lucidd --config FILE [--backend slurm|sim] [--once] [--dry-run]`.
+    lucidd --config FILE [--once] [--dry-run]
+
+Every `[daemon] interval_s` it runs one reconcile (lucidd/live/reconcile.py): read Slurm, let the
+decider (Lucid) decide, apply only what changed, record why. `--once` runs a single reconcile and
+exits 0 (or 1 if the cycle failed); `--dry-run` is the shadow mode: the inbox is left alone and
+every decision is recorded but none is sent to Slurm.
+
+Exit codes: 0 done (orderly stop or --once ok), 1 a --once cycle failed, 2 bad config or
+command line (one line naming the key), 3 cannot start (no Slurm, database unreachable at start).
+`lucidd-failopen` is the separate guard a systemd timer runs (docs/deploy.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
+import time
 
 from . import __version__
+from .errors import ConfigError, LucidError
+
+log = logging.getLogger("lucidd")
+
+
+def _setup_logging(level: str):
+    handler = logging.StreamHandler(sys.stderr)  # journald takes stderr; one line per event
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+
+
+class Daemon:
+    def __init__(self, config, dry_run=False, backend=None, store=None, notifier=None, clock=time.time):
+        from .backends.slurm import make_backend
+        from .live.notify import Notifier
+        from .live.reconcile import Reconciler, load_decider
+        from .live.store import Store
+
+        self.cfg = config
+        self.dry_run = dry_run
+        self.clock = clock
+        s = config.slurm
+        self.backend = backend or make_backend("auto" if s.backend == "auto" else s.backend,
+                                               bin_dir=s.bin_dir or None, timeout_s=s.command_timeout_s)
+        self.store = store or Store(config.database.url)
+        self.notifier = notifier or Notifier()
+        self.decider = load_decider(config.daemon.decider, config)
+        self.reconciler = Reconciler(config, self.backend, self.store, self.decider, dry_run=dry_run, clock=clock)
+        self.stop_requested = False
+        self.db_down_since = None
+        self.inbox_opened = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self):
+        from .live.store import StoreError
+
+        try:
+            self.store.create()
+        except StoreError as exc:
+            raise LucidError(f"cannot start: {exc}") from None
+        self.store.set_meta("started_at", f"{self.clock():.3f}")
+        self.store.set_meta("dry_run", "1" if self.dry_run else "0")
+        self.store.set_meta("version", __version__)
+        self.store.set_meta("config_path", self.cfg.path or "")
+        log.info("lucidd %s started%s: database %s, backend %s, every %gs", __version__,
+                 " in dry-run (shadow) mode" if self.dry_run else "", _redact(self.cfg.database.url),
+                 self.backend.name, self.cfg.daemon.interval_s)
+
+    def run_once(self) -> bool:
+        """One reconcile; False when it could not act (Slurm or database unavailable)."""
+        from .live.reconcile import open_inbox, touch_heartbeat
+        from .live.store import StoreError
+        from .backends.base import BackendError
+
+        try:
+            if self.db_down_since is not None:
+                self.store.ping()
+                log.warning("database is back after %.0f s: lucidd resumes", self.clock() - self.db_down_since)
+                self.db_down_since = None
+                self.store.create()
+            row = self.reconciler.cycle()
+            if row.ok:
+                if not self.dry_run:
+                    touch_heartbeat(self.cfg.daemon.heartbeat_file)
+                try:
+                    self.reconciler.read_history(int(self.clock()))
+                    msg = self.decider.background(self.store, int(self.clock()))
+                    if msg:
+                        log.info("%s", msg)
+                except StoreError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - model upkeep never stops scheduling
+                    log.warning("background work failed: %s", exc)
+                self.notifier.watchdog(f"ok: {row.jobs} jobs, {row.actions} actions, {row.seconds * 1000:.0f} ms")
+            else:
+                # lucidd is alive and waiting for Slurm: keep systemd's watchdog fed.
+                self.notifier.watchdog(f"waiting for Slurm: {row.error[:120]}")
+            return row.ok
+        except StoreError as exc:
+            if self.db_down_since is None:
+                self.db_down_since = self.clock()
+                log.error("database unavailable, lucidd stops acting and opens the inbox: %s", exc)
+            if not self.dry_run:
+                try:
+                    open_inbox(self.backend, self.cfg, "lucidd's database is unavailable")
+                except BackendError as bexc:
+                    log.error("could not open the inbox either: %s", bexc)
+            self.notifier.watchdog(f"database unavailable: {str(exc)[:120]}")
+            return False
+
+    def stop(self, reason="orderly stop"):
+        """Release every job lucidd holds and open the inbox: Slurm schedules alone until lucidd is back."""
+        from .live.reconcile import open_inbox
+        from .backends.base import BackendError
+
+        self.notifier.stopping(reason)
+        if self.dry_run:
+            return
+        try:
+            open_inbox(self.backend, self.cfg, reason)
+        except BackendError as exc:
+            log.error("stop: could not open the inbox (%s); lucidd-failopen will", exc)
+
+    def loop(self):
+        interval = self.cfg.daemon.interval_s
+        ready = False
+        while not self.stop_requested:
+            t0 = time.monotonic()
+            ok = self.run_once()
+            if not ready:
+                self.notifier.ready("first reconcile done" if ok else "started; Slurm or database not answering")
+                ready = True
+            left = interval - (time.monotonic() - t0)
+            end = time.monotonic() + max(0.0, left)
+            while not self.stop_requested and time.monotonic() < end:
+                time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+
+
+def _redact(url):
+    from .live.store import redact
+
+    return redact(url)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="lucidd", description="Lucid GPU scheduler daemon for Slurm")
-    p.add_argument("--config", required=True, help="configuration file (keys documented in docs/)")
-    p.add_argument("--backend", choices=["slurm", "sim"], default="slurm")
-    p.add_argument("--once", action="store_true", help="run a single reconcile and exit")
-    p.add_argument("--dry-run", action="store_true", help="decide and log, change nothing in Slurm")
+    p = argparse.ArgumentParser(prog="lucidd", description="Lucid GPU scheduler daemon for Slurm (docs/deploy.md)")
+    p.add_argument("--config", required=True, help="TOML configuration file (keys: docs/config.md)")
+    p.add_argument("--once", action="store_true", help="run a single reconcile and exit (0 ok, 1 failed)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="shadow mode: decide and record, change nothing in Slurm, leave the inbox alone")
     p.add_argument("--version", action="version", version=f"lucidd {__version__}")
-    p.parse_args(argv)
-    print("lucidd: the live reconcile loop is not built yet (see the project's open issues); "
-          "`lucidctl simulate` runs the scheduler on traces", file=sys.stderr)
-    return 3
+    args = p.parse_args(argv)
+    from .live.config import load_config
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        print(f"lucidd: config error: {exc}", file=sys.stderr)
+        return 2
+    _setup_logging(cfg.daemon.log_level)
+    try:
+        daemon = Daemon(cfg, dry_run=args.dry_run)
+        daemon.start()
+    except ConfigError as exc:
+        print(f"lucidd: config error: {exc}", file=sys.stderr)
+        return 2
+    except LucidError as exc:
+        print(f"lucidd: {exc}", file=sys.stderr)
+        return 3
+    if args.once:
+        ok = daemon.run_once()
+        return 0 if ok else 1
+
+    def on_signal(signum, _frame):
+        daemon.stop_requested = True
+        log.info("signal %d: stopping after this cycle", signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        daemon.loop()
+    finally:
+        daemon.stop("lucidd stopped")
+        log.info("lucidd stopped; jobs it held were given back to Slurm")
+    return 0
+
+
+def failopen_main(argv=None) -> int:
+    """`lucidd-failopen --config FILE [--force]`: the guard a systemd timer runs every few seconds.
+
+    Needs only Slurm: when lucidd's heartbeat is older than `[daemon] failopen_after_s` (or
+    missing), it releases every job lucidd holds and sets the inbox UP. lucidd closes the inbox
+    again when it is back. Exit 0 (nothing to do or done), 1 (Slurm unavailable), 2 (bad config).
+    """
+    p = argparse.ArgumentParser(prog="lucidd-failopen", description="open the inbox if lucidd is not running")
+    p.add_argument("--config", required=True)
+    p.add_argument("--force", action="store_true", help="open the inbox whatever the heartbeat says")
+    args = p.parse_args(argv)
+    from .backends.base import BackendError
+    from .backends.slurm import SlurmBackend, SlurmRunner
+    from .live.config import load_config
+    from .live.reconcile import heartbeat_age, open_inbox
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        print(f"lucidd-failopen: config error: {exc}", file=sys.stderr)
+        return 2
+    _setup_logging(cfg.daemon.log_level)
+    age = heartbeat_age(cfg.daemon.heartbeat_file)
+    bound = cfg.daemon.failopen_after_s
+    if not args.force and age is not None and age <= bound:
+        return 0
+    why = ("--force" if args.force else "no heartbeat file" if age is None
+           else f"lucidd's heartbeat is {age:.0f} s old (> {bound:g} s)")
+    backend = SlurmBackend(SlurmRunner(bin_dir=cfg.slurm.bin_dir or None, timeout_s=cfg.slurm.command_timeout_s))
+    try:
+        lines = open_inbox(backend, cfg, why)
+    except BackendError as exc:
+        print(f"lucidd-failopen: Slurm unavailable: {exc}", file=sys.stderr)
+        return 1
+    if not lines:
+        logging.getLogger("lucidd").debug("fail-open: nothing held (%s)", why)
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,148 @@
+"""What a live backend hands the daemon, and what it must be able to do.
+
+The reconcile loop and the policies above it see only these plain objects: a backend (Slurm's CLI
+today, pyslurm where it matches the running Slurm) turns cluster state into them and applies
+actions. Nothing here calls a clock or a subprocess.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..errors import LucidError
+
+#: where lucidd's job_submit.lua records the partition a user asked for (lucidd/data/slurm/).
+PARTITION_TAG = "lucid:partition="
+#: a job whose comment holds this never goes through the profiling partition.
+NOPROFILE_TAG = "lucid:noprofile"
+
+_PARTITION_RE = re.compile(re.escape(PARTITION_TAG) + r"([^\s]+)")
+
+
+class BackendError(LucidError):
+    """The cluster could not be read or changed. `transient` errors are retried next cycle."""
+
+    def __init__(self, message, transient: bool = True):
+        super().__init__(message)
+        self.transient = transient
+
+
+# Job states as Slurm names them; the daemon treats anything not pending/running as ended.
+PENDING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "RESIZING", "SIGNALING",
+                           "STAGE_OUT"})
+
+
+@dataclass
+class LiveJob:
+    """One job as slurmctld reports it (times are Unix seconds; None when not set)."""
+
+    job_id: int
+    name: str = ""
+    user: str = ""
+    account: str = ""
+    partition: str = ""
+    state: str = "PENDING"
+    reason: str = ""
+    gpus: int = 0
+    nodes: int = 1
+    cpus: int = 0
+    submit_time: int = 0  # Slurm resets this on requeue: the daemon keeps the original itself
+    start_time: int | None = None
+    end_time: int | None = None
+    time_limit_s: int | None = None  # None: no limit (UNLIMITED)
+    restart_count: int = 0
+    requeue: bool = True  # False for --no-requeue jobs: Slurm refuses to requeue them
+    comment: str = ""
+    admin_comment: str = ""
+    array_pending: bool = False  # a not yet split array record (one record for many tasks)
+    priority: int = 0
+
+    @property
+    def pending(self) -> bool:
+        return self.state in PENDING_STATES
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def ended(self) -> bool:
+        return not (self.pending or self.active)
+
+    @property
+    def requested_partition(self) -> str | None:
+        """The partition the user asked for, as job_submit.lua recorded it (None: no -p)."""
+        m = _PARTITION_RE.search(self.admin_comment or "")
+        return m.group(1) if m else None
+
+    @property
+    def opted_out_of_profiling(self) -> bool:
+        return NOPROFILE_TAG in (self.comment or "")
+
+
+@dataclass
+class Partition:
+    name: str
+    up: bool
+    nodes: tuple = ()
+    total_gpus: int = 0
+
+
+@dataclass
+class NodeGPUs:
+    name: str
+    gpus: int
+    used: int
+    state: str = ""
+    partitions: tuple = ()
+
+    @property
+    def usable(self) -> bool:
+        s = self.state.lower()
+        return not any(w in s for w in ("down", "drain", "fail", "not_responding", "future", "unknown"))
+
+
+@dataclass
+class ClusterSnapshot:
+    """One consistent read of the cluster: what a reconcile cycle decides on."""
+
+    now: int
+    jobs: list = field(default_factory=list)  # [LiveJob]
+    partitions: dict = field(default_factory=dict)  # name -> Partition
+    nodes: dict = field(default_factory=dict)  # name -> NodeGPUs
+
+    def job(self, job_id) -> LiveJob | None:
+        for j in self.jobs:
+            if j.job_id == job_id:
+                return j
+        return None
+
+
+class Backend:
+    """A live cluster. Reads are one call each per cycle; writes change only what they name."""
+
+    name = "backend"
+
+    def snapshot(self) -> ClusterSnapshot:
+        raise NotImplementedError
+
+    def finished_jobs(self, since: int) -> list[dict]:
+        """Jobs that ended since `since` (accounting), as plain trace rows."""
+        raise NotImplementedError
+
+    def move(self, job_ids, partition: str, start_now: bool = False) -> None:
+        raise NotImplementedError
+
+    def requeue(self, job_id) -> None:
+        raise NotImplementedError
+
+    def set_site_factor(self, job_ids, value: int) -> None:
+        raise NotImplementedError
+
+    def set_partition_up(self, name: str, up: bool) -> None:
+        raise NotImplementedError
+
+    def call_counts(self) -> dict:
+        return {}

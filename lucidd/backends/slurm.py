@@ -1,0 +1,340 @@
+"""The Slurm backend: reads with `squeue --json`, `sinfo --json`, `sacct --json` (one call each
+per cycle, never one per job) and acts with `scontrol`.
+
+Every subprocess call goes through `SlurmRunner.run`: an argument list (never a shell), a
+timeout, a parsed error and a counter. Slurm is found through the usual `SLURM_CONF` and PATH
+(or `[slurm] bin_dir`). What Slurm 22.05 does with each command, and the traps (a same-second
+restart after a requeue kills the job; `priority=` pins a job) are in docs/deploy.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections import Counter
+
+from .base import Backend, BackendError, ClusterSnapshot, LiveJob, NodeGPUs, Partition
+
+log = logging.getLogger("lucidd.slurm")
+
+# SiteFactor values slurmctld accepts (22.05): +/- 2147483645. Priority is floored at 1, so lucidd
+# uses values >= 2 (docs/deploy.md).
+SITE_FACTOR_MIN = 2
+SITE_FACTOR_MAX = 2147483645
+
+# Messages that mean the job is gone or cannot take the change: retrying will not help.
+_PERMANENT = ("invalid job id", "job has already finished", "already completing or completed",
+              "presently disabled", "invalid partition", "access/permission denied", "not supported",
+              "requested operation not supported", "job is no longer pending")
+# Messages that mean slurmctld (or slurmdbd) is not answering now: retry next cycle.
+_TRANSIENT = ("unable to contact slurm controller", "connection refused", "socket timed out",
+              "slurm_receive_msg", "connect failure", "zero bytes were transmitted", "resource temporarily",
+              "slurmdbd", "unable to connect", "communication connection failure", "slurm backup controller")
+
+
+class SlurmCommandError(BackendError):
+    """A Slurm command failed. Carries the command, exit code and Slurm's own message."""
+
+    def __init__(self, argv, rc, message, transient):
+        self.argv = list(argv)
+        self.rc = rc
+        self.slurm_message = message
+        super().__init__(f"{' '.join(self.argv[:3])}{' ...' if len(self.argv) > 3 else ''}: "
+                         f"{message or f'exit {rc}'}", transient=transient)
+
+
+def classify(message: str) -> bool:
+    """True when a Slurm error message looks transient (the controller is not answering)."""
+    m = (message or "").lower()
+    if any(p in m for p in _PERMANENT):
+        return False
+    return any(p in m for p in _TRANSIENT) or not m
+
+
+class SlurmRunner:
+    """The one place lucidd runs Slurm commands."""
+
+    def __init__(self, bin_dir: str | None = None, timeout_s: float = 30.0, env: dict | None = None):
+        self.bin_dir = bin_dir or None
+        self.timeout_s = float(timeout_s)
+        self.env = env
+        self.calls = Counter()  # command -> calls made
+        self.failures = Counter()
+        self.seconds = 0.0
+
+    def executable(self, command: str) -> str:
+        if self.bin_dir:
+            path = os.path.join(self.bin_dir, command)
+            if os.access(path, os.X_OK):
+                return path
+            raise BackendError(f"{command} not found in [slurm] bin_dir {self.bin_dir}", transient=False)
+        path = shutil.which(command)
+        if path is None:
+            raise BackendError(f"{command} not found on PATH (install Slurm's client commands or set "
+                               f"[slurm] bin_dir)", transient=False)
+        return path
+
+    def run(self, argv: list[str], timeout_s: float | None = None) -> str:
+        """Run one Slurm command; return its stdout. Raises SlurmCommandError on failure."""
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise ValueError("argv must be a non-empty list of strings")
+        command = argv[0]
+        full = [self.executable(command), *argv[1:]]
+        self.calls[command] += 1
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(full, capture_output=True, text=True, errors="replace",
+                                  timeout=timeout_s or self.timeout_s, env=self.env, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            self.failures[command] += 1
+            raise SlurmCommandError(argv, None, f"timed out after {timeout_s or self.timeout_s:g} s", True) from None
+        except OSError as exc:
+            self.failures[command] += 1
+            raise SlurmCommandError(argv, None, str(exc), True) from None
+        finally:
+            self.seconds += time.perf_counter() - t0
+        if proc.returncode != 0:
+            self.failures[command] += 1
+            msg = " ".join((proc.stderr or proc.stdout or "").split())[:500]
+            raise SlurmCommandError(argv, proc.returncode, msg, classify(msg))
+        return proc.stdout
+
+    def run_json(self, argv: list[str]) -> dict:
+        out = self.run(argv)
+        try:
+            data = json.loads(out)
+        except ValueError as exc:
+            raise SlurmCommandError(argv, 0, f"malformed JSON reply ({exc}; {len(out)} bytes)", True) from None
+        if not isinstance(data, dict):
+            raise SlurmCommandError(argv, 0, "malformed JSON reply (not an object)", True)
+        return data
+
+
+# ----- parsing ----------------------------------------------------------------------------------
+
+_TRES_GPU = re.compile(r"(?:^|,)gres/gpu=(\d+)")
+
+
+def _int(v, default=None):
+    if v is None or isinstance(v, bool):
+        return default
+    if isinstance(v, dict):  # newer Slurm: {"set": true, "infinite": false, "number": N}
+        if v.get("infinite"):
+            return None
+        if v.get("set") is False:
+            return default
+        v = v.get("number")
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def _time(v):
+    t = _int(v, None)
+    return t if t else None  # 0 = not set
+
+
+def gres_gpu_count(spec: str) -> int:
+    """GPUs in a GRES/TRES spec like 'gres:gpu:2', 'gpu:a100:4(S:0-1)', 'gpu:g0:1,gpu:g1:1'."""
+    if not spec:
+        return 0
+    spec = re.sub(r"\([^)]*\)", "", spec)  # drop (IDX:0-1,3) / (S:0-1) parts, which hold commas
+    total = 0
+    for item in spec.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if item.startswith("gres/gpu"):  # TRES form gres/gpu=N or gres/gpu:type=N
+            m = re.match(r"gres/gpu(?::[^=]+)?=(\d+)", item)
+            total += int(m.group(1)) if m and ":" not in item.split("=")[0] else 0
+            continue
+        parts = item.split(":")
+        if parts[0] == "gres":
+            parts = parts[1:]
+        if not parts or parts[0] != "gpu":
+            continue
+        # gpu | gpu:N | gpu:TYPE | gpu:TYPE:N
+        total += int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 1
+    return total
+
+
+def job_gpus(rec: dict) -> int:
+    """Total GPUs a job asks for, from slurmctld's own TRES summary when present."""
+    m = _TRES_GPU.search(rec.get("tres_req_str") or "")
+    if m:
+        return int(m.group(1))
+    per_job = gres_gpu_count(rec.get("tres_per_job") or "")
+    if per_job:
+        return per_job
+    per_node = gres_gpu_count(rec.get("tres_per_node") or "")
+    return per_node * max(1, _int(rec.get("node_count"), 1) or 1)
+
+
+def parse_job(rec: dict) -> LiveJob:
+    state = rec.get("job_state") or ""
+    if isinstance(state, list):  # newer Slurm returns a list of flags
+        state = state[0] if state else ""
+    limit = rec.get("time_limit")
+    limit_min = _int(limit, None)
+    array_str = rec.get("array_task_string") or ""
+    return LiveJob(
+        job_id=int(rec["job_id"]),
+        name=rec.get("name") or "",
+        user=rec.get("user_name") or str(rec.get("user_id", "")),
+        account=rec.get("account") or "",
+        partition=rec.get("partition") or "",
+        state=str(state).upper(),
+        reason=rec.get("state_reason") or "",
+        gpus=job_gpus(rec),
+        nodes=max(1, _int(rec.get("node_count"), 1) or 1),
+        cpus=_int(rec.get("cpus"), 0) or 0,
+        submit_time=_time(rec.get("submit_time")) or 0,
+        start_time=_time(rec.get("start_time")),
+        end_time=_time(rec.get("end_time")),
+        time_limit_s=None if limit_min is None else limit_min * 60,
+        restart_count=_int(rec.get("restart_cnt"), 0) or 0,
+        requeue=bool(rec.get("requeue", True)),
+        comment=rec.get("comment") or "",
+        admin_comment=rec.get("admin_comment") or "",
+        array_pending=bool(array_str) and rec.get("array_task_id") in (None, "", 0) and "-" in array_str,
+        priority=_int(rec.get("priority"), 0) or 0,
+    )
+
+
+def parse_squeue(data: dict) -> list[LiveJob]:
+    jobs = []
+    for rec in data.get("jobs") or []:
+        try:
+            jobs.append(parse_job(rec))
+        except (KeyError, TypeError, ValueError) as exc:  # one odd record never stops the cycle
+            log.warning("squeue: skipped a job record lucidd cannot read (%s): %.200r", exc, rec)
+    return jobs
+
+
+def parse_sinfo(data: dict) -> dict:
+    nodes = {}
+    for rec in data.get("nodes") or []:
+        name = rec.get("name")
+        if not name:
+            continue
+        state = rec.get("state") or ""
+        flags = rec.get("state_flags") or []
+        if isinstance(state, list):
+            state = "+".join(state)
+        nodes[name] = NodeGPUs(name, gres_gpu_count(rec.get("gres") or ""), gres_gpu_count(rec.get("gres_used") or ""),
+                               "+".join([str(state), *map(str, flags)]), tuple(rec.get("partitions") or ()))
+    return nodes
+
+
+def parse_partitions(text: str, nodes: dict) -> dict:
+    """`scontrol -o show partition` lines -> {name: Partition} (node lists from sinfo's nodes)."""
+    out = {}
+    for line in text.splitlines():
+        fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+        name = fields.get("PartitionName")
+        if not name:
+            continue
+        members = tuple(n for n, info in nodes.items() if name in info.partitions)
+        out[name] = Partition(name, fields.get("State", "UP").upper() == "UP", members,
+                              sum(nodes[n].gpus for n in members))
+    return out
+
+
+def sacct_rows(data: dict) -> list[dict]:
+    """`sacct --json` jobs -> plain rows (one per job allocation; steps ignored)."""
+    rows = []
+    for rec in data.get("jobs") or []:
+        try:
+            t = rec.get("time") or {}
+            state = rec.get("state") or {}
+            tres = rec.get("tres") or {}
+            gpus = 0
+            for key in ("allocated", "requested"):
+                for item in tres.get(key) or []:
+                    if item.get("type") == "gres" and item.get("name") == "gpu":
+                        gpus = max(gpus, int(item.get("count") or 0))
+                if gpus:
+                    break
+            comment = rec.get("comment") or {}
+            rows.append({
+                "job_id": int(rec["job_id"]), "name": rec.get("name") or "", "user": rec.get("user") or "",
+                "account": rec.get("account") or "", "partition": rec.get("partition") or "",
+                "state": (state.get("current") if isinstance(state, dict) else str(state)) or "",
+                "gpus": gpus, "submit_time": _time(t.get("submission")), "start_time": _time(t.get("start")),
+                "end_time": _time(t.get("end")), "elapsed_s": _int(t.get("elapsed"), 0) or 0,
+                "limit_min": _int(t.get("limit"), None),
+                "comment": (comment.get("job") if isinstance(comment, dict) else comment) or "",
+                "admin_comment": (comment.get("administrator") if isinstance(comment, dict) else "") or "",
+                "array_job_id": _int((rec.get("array") or {}).get("job_id"), 0) or 0,
+            })
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("sacct: skipped a record lucidd cannot read (%s)", exc)
+    return rows
+
+
+# ----- the backend ------------------------------------------------------------------------------
+
+class SlurmBackend(Backend):
+    name = "slurm-cli"
+
+    def __init__(self, runner: SlurmRunner | None = None, clock=time.time):
+        self.runner = runner or SlurmRunner()
+        self.clock = clock
+
+    def snapshot(self) -> ClusterSnapshot:
+        now = int(self.clock())
+        jobs = parse_squeue(self.runner.run_json(["squeue", "--json"]))
+        nodes = parse_sinfo(self.runner.run_json(["sinfo", "--json"]))
+        parts = parse_partitions(self.runner.run(["scontrol", "-o", "show", "partition"]), nodes)
+        return ClusterSnapshot(now, jobs, parts, nodes)
+
+    def finished_jobs(self, since: int) -> list[dict]:
+        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(max(0, int(since))))
+        data = self.runner.run_json(["sacct", "--json", "--allusers", "--starttime", start,
+                                     "--state", "CD,F,TO,CA,NF,OOM,DL,PR"])
+        return sacct_rows(data)
+
+    def move(self, job_ids, partition: str, start_now: bool = False) -> None:
+        ids = ",".join(str(int(j)) for j in job_ids)
+        argv = ["scontrol", "update", f"jobid={ids}", f"partition={partition}"]
+        if start_now:
+            argv.append("starttime=now")
+        self.runner.run(argv)
+
+    def requeue(self, job_id) -> None:
+        self.runner.run(["scontrol", "requeue", str(int(job_id))])
+
+    def set_site_factor(self, job_ids, value: int) -> None:
+        value = int(value)
+        if not SITE_FACTOR_MIN <= value <= SITE_FACTOR_MAX:  # Slurm would silently take garbage
+            raise ValueError(f"site factor {value} outside {SITE_FACTOR_MIN}..{SITE_FACTOR_MAX}")
+        ids = ",".join(str(int(j)) for j in job_ids)
+        self.runner.run(["scontrol", "update", f"jobid={ids}", f"sitefactor={value}"])
+
+    def set_partition_up(self, name: str, up: bool) -> None:
+        self.runner.run(["scontrol", "update", f"partitionname={name}", f"state={'UP' if up else 'DOWN'}"])
+
+    def call_counts(self) -> dict:
+        return dict(self.runner.calls)
+
+
+def make_backend(kind: str = "auto", **runner_kw) -> Backend:
+    """`auto`: pyslurm when it imports and matches the running Slurm, else the CLI backend."""
+    if kind in ("auto", "pyslurm"):
+        from .pyslurm_backend import pyslurm_unavailable_reason
+
+        why = pyslurm_unavailable_reason()
+        if why is None:
+            from .pyslurm_backend import PySlurmBackend
+
+            return PySlurmBackend()
+        if kind == "pyslurm":
+            raise BackendError(f"[slurm] backend = pyslurm: {why}", transient=False)
+        log.debug("pyslurm not used: %s", why)
+    return SlurmBackend(SlurmRunner(**runner_kw))

@@ -1,0 +1,1 @@
+"""The live daemon: config, state, reconcile loop, fail-open, systemd notify (no Lucid imports)."""

@@ -1,0 +1,198 @@
+"""lucidd's configuration: a TOML file (`/etc/lucidd/lucidd.toml`), validated at start.
+
+Every key, its type, range and default is declared once in `SCHEMA` below; docs/config.md
+documents the same keys (a test checks the two agree). A bad file gives one line naming the key.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Key:
+    type: type | tuple
+    default: object
+    help: str
+    min: float | None = None
+    max: float | None = None
+    choices: tuple | None = None
+
+
+_STR_LIST = list
+SCHEMA: dict[str, dict[str, Key]] = {
+    "slurm": {
+        "backend": Key(str, "auto", "auto | cli | pyslurm: how lucidd talks to Slurm (auto: pyslurm only when it "
+                                    "matches the running Slurm, else the CLI)", choices=("auto", "cli", "pyslurm")),
+        "bin_dir": Key(str, "", "directory of squeue/sinfo/sacct/scontrol (empty: found on PATH)"),
+        "command_timeout_s": Key(float, 30.0, "timeout of one Slurm command", min=1, max=600),
+        "inbox_partition": Key(str, "inbox", "the Default=YES, State=DOWN partition new jobs wait in"),
+        "profiling_partition": Key(str, "profiling", "the MaxTime=INFINITE partition jobs are profiled in"),
+        "default_partition": Key(str, "main", "where a job that named no partition runs"),
+        "managed_partitions": Key(_STR_LIST, [], "partitions whose pending jobs lucidd orders by SiteFactor "
+                                                 "(empty: every partition but the inbox and profiling)"),
+    },
+    "daemon": {
+        "interval_s": Key(float, 10.0, "seconds between reconcile cycles", min=0.2, max=3600),
+        "state_dir": Key(str, "/var/lib/lucidd", "heartbeat, default database and model store"),
+        "heartbeat_file": Key(str, "", "file lucidd touches every cycle (empty: STATE_DIR/heartbeat)"),
+        "failopen_after_s": Key(float, 60.0, "heartbeat age after which lucidd-failopen opens the inbox",
+                                min=5, max=86400),
+        "log_level": Key(str, "info", "debug | info | warning | error",
+                         choices=("debug", "info", "warning", "error")),
+        "decider": Key(str, "orchestrator.live:LucidDecider", "module:class that makes the decisions"),
+        "history_interval_s": Key(float, 300.0, "seconds between sacct reads of finished jobs", min=1, max=86400),
+        "record_cycles": Key(int, 200, "reconcile cycles whose full input and decisions are kept for replay",
+                             min=0, max=100000),
+    },
+    "database": {
+        "url": Key(str, "", "SQLAlchemy URL (empty: sqlite:///STATE_DIR/lucidd.db); e.g. "
+                            "postgresql+psycopg://lucidd@db/lucidd"),
+    },
+    "profiler": {
+        "enabled": Key(bool, True, "send new jobs through the profiling partition first"),
+        "tprof_s": Key(int, 200, "Tprof: seconds a job runs in profiling before lucidd requeues it", min=1,
+                       max=86400),
+        "nprof_gpus": Key(int, 8, "Nprof: jobs asking for more GPUs skip profiling", min=0, max=100000),
+        "capacity_gpus": Key(int, 0, "GPUs the profiling jobs may hold at once (0: auto, the larger of "
+                                     "nprof_gpus and 3 % of the profiling partition's GPUs)", min=0, max=10000000),
+        "burst_capacity_gpus": Key(int, 0, "extra GPUs allowed while more than burst_queue jobs wait "
+                                           "(time-aware scaling; 0: same as capacity)", min=0, max=10000000),
+        "burst_queue": Key(int, 10, "inbox jobs waiting for profiling above which the burst capacity applies",
+                           min=0, max=1000000),
+        "exempt_users": Key(_STR_LIST, [], "users whose jobs skip profiling"),
+        "exempt_accounts": Key(_STR_LIST, [], "accounts whose jobs skip profiling"),
+        "exempt_partitions": Key(_STR_LIST, [], "requested partitions whose jobs skip profiling"),
+    },
+    "ordering": {
+        "enabled": Key(bool, True, "apply Lucid's queue order as SiteFactor"),
+        "starvation_s": Key(int, 96 * 3600, "wait after which a job goes to the front", min=1, max=10 ** 9),
+        "aging_halflife_s": Key(int, 48 * 3600, "a waiting job's estimate x GPUs halves every this many seconds "
+                                                "(0: no aging)", min=0, max=10 ** 9),
+        "points_per_doubling": Key(int, 1000, "SiteFactor points between two jobs whose estimate x GPUs differ "
+                                              "2x", min=1, max=1000000),
+        "default_estimate_s": Key(int, 3600, "duration assumed for a job with no model and no history", min=1,
+                                  max=10 ** 8),
+    },
+    "models": {
+        "dir": Key(str, "", "model store (empty: STATE_DIR/models)"),
+        "refit_every_s": Key(int, 7 * 86400, "duration model refit period (in a background thread)", min=60,
+                             max=10 ** 8),
+        "history_days": Key(int, 60, "days of finished jobs the models learn from", min=1, max=3650),
+        "min_history_jobs": Key(int, 200, "finished jobs needed before the first model is fitted", min=10,
+                                max=10 ** 7),
+    },
+}
+
+
+class Section:
+    """Attribute access to one validated section."""
+
+    def __init__(self, name, values):
+        self._name = name
+        self.__dict__.update(values)
+
+    def as_dict(self):
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+
+class Config:
+    def __init__(self, sections: dict, path: str | None = None):
+        self.path = path
+        for name, values in sections.items():
+            setattr(self, name, Section(name, values))
+        d = self.daemon
+        if not d.heartbeat_file:
+            d.heartbeat_file = os.path.join(d.state_dir, "heartbeat")
+        if not self.database.url:
+            self.database.url = "sqlite:///" + os.path.join(d.state_dir, "lucidd.db")
+        if not self.models.dir:
+            self.models.dir = os.path.join(d.state_dir, "models")
+
+    @property
+    def managed_partitions(self):
+        return set(self.slurm.managed_partitions)
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name).as_dict() for name in SCHEMA}
+
+
+def _check(section: str, key: str, spec: Key, value):
+    where = f"[{section}] {key}"
+    want = spec.type
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if want is _STR_LIST:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: must be a list of strings, got {value!r}")
+        return list(value)
+    if want is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: must be true or false, got {value!r}")
+        return value
+    if want is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{where}: must be an integer, got {value!r}")
+    if want is float and (isinstance(value, bool) or not isinstance(value, float)):
+        raise ConfigError(f"{where}: must be a number, got {value!r}")
+    if want is str and not isinstance(value, str):
+        raise ConfigError(f"{where}: must be a string, got {value!r}")
+    if spec.min is not None and value < spec.min:
+        raise ConfigError(f"{where}: must be >= {spec.min:g}, got {value!r}")
+    if spec.max is not None and value > spec.max:
+        raise ConfigError(f"{where}: must be <= {spec.max:g}, got {value!r}")
+    if spec.choices is not None and value not in spec.choices:
+        raise ConfigError(f"{where}: must be one of {', '.join(spec.choices)}, got {value!r}")
+    return value
+
+
+def config_from_dict(raw: dict, path: str | None = None) -> Config:
+    if not isinstance(raw, dict):
+        raise ConfigError("configuration must be a TOML table")
+    for section in raw:
+        if section not in SCHEMA:
+            raise ConfigError(f"[{section}]: unknown section (known: {', '.join(SCHEMA)})")
+        if not isinstance(raw[section], dict):
+            raise ConfigError(f"{section}: must be a [section] table")
+    sections = {}
+    for section, keys in SCHEMA.items():
+        given = raw.get(section, {})
+        for key in given:
+            if key not in keys:
+                raise ConfigError(f"[{section}] {key}: unknown key (known: {', '.join(keys)})")
+        sections[section] = {k: _check(section, k, spec, given[k]) if k in given else
+                             (list(spec.default) if isinstance(spec.default, list) else spec.default)
+                             for k, spec in keys.items()}
+    s = sections["slurm"]
+    for key in ("inbox_partition", "profiling_partition", "default_partition"):
+        if not s[key] or any(c.isspace() or c in ",=" for c in s[key]):
+            raise ConfigError(f"[slurm] {key}: must be a partition name, got {s[key]!r}")
+    if s["inbox_partition"] == s["profiling_partition"]:
+        raise ConfigError("[slurm] profiling_partition: must differ from inbox_partition")
+    if s["default_partition"] in (s["inbox_partition"], s["profiling_partition"]):
+        raise ConfigError("[slurm] default_partition: must be a partition jobs run in, not the inbox or profiling")
+    decider = sections["daemon"]["decider"]
+    if ":" not in decider:
+        raise ConfigError(f"[daemon] decider: must be 'module:Class', got {decider!r}")
+    return Config(sections, path)
+
+
+def load_config(path: str) -> Config:
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except PermissionError:
+        raise ConfigError(f"{path}: permission denied") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    try:
+        return config_from_dict(raw, path)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None

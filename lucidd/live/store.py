@@ -1,0 +1,314 @@
+"""lucidd's persistent state (SQLAlchemy 2): jobs seen, actions with idempotency keys, decisions
+with reasons, reconcile cycles, finished-job history and model versions.
+
+SQLite by default; any SQLAlchemy URL by config (PostgreSQL is tested for real). A restarted
+daemon resumes from here without repeating an action: every Slurm change is first written as an
+action with a unique key (e.g. `requeue:1234:0` = requeue job 1234 after its run 0), and a key
+already applied is never applied again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+
+from sqlalchemy import (BigInteger, Boolean, Float, Integer, String, Text, create_engine, delete, event, func,
+                        select)
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from ..errors import LucidError
+
+SCHEMA_VERSION = 1
+
+
+class StoreError(LucidError):
+    """The database cannot be reached or used: the daemon stops acting until it is back."""
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class JobRow(Base):
+    """A job lucidd has seen, with what Slurm forgets (original submit time, requested partition)."""
+
+    __tablename__ = "jobs"
+    job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    first_seen: Mapped[int] = mapped_column(BigInteger)
+    original_submit: Mapped[int] = mapped_column(BigInteger)
+    requested_partition: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    target_partition: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(Text, default="")
+    user: Mapped[str] = mapped_column(String(200), default="")
+    account: Mapped[str] = mapped_column(String(200), default="")
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    # lucidd's view of the job's life: inbox | profiling | requeued | released | done
+    phase: Mapped[str] = mapped_column(String(20), default="inbox")
+    # profiling: pending | admitted | skipped | finished | requeued | released | abandoned
+    profile: Mapped[str] = mapped_column(String(20), default="pending")
+    profile_reason: Mapped[str] = mapped_column(Text, default="")
+    profile_start: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    requeued_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    released_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    estimate_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    estimate_source: Mapped[str] = mapped_column(String(100), default="")
+    site_factor: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # last value applied
+    order_reason: Mapped[str] = mapped_column(Text, default="")
+    queue_rank: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    start_time: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    end_time: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    final_state: Mapped[str] = mapped_column(String(40), default="")
+    partition_ran: Mapped[str] = mapped_column(String(200), default="")
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class ActionRow(Base):
+    __tablename__ = "actions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(200), unique=True)
+    job_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True, index=True)
+    kind: Mapped[str] = mapped_column(String(40))
+    args: Mapped[str] = mapped_column(Text, default="{}")
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    applied_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    status: Mapped[str] = mapped_column(String(20), default="planned")  # planned|applied|failed|dry-run|skipped
+    error: Mapped[str] = mapped_column(Text, default="")
+
+
+class CycleRow(Base):
+    __tablename__ = "cycles"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    started_at: Mapped[float] = mapped_column(Float)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    cpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    ok: Mapped[bool] = mapped_column(Boolean, default=True)
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=False)
+    error: Mapped[str] = mapped_column(Text, default="")
+    jobs: Mapped[int] = mapped_column(Integer, default=0)
+    actions: Mapped[int] = mapped_column(Integer, default=0)
+    calls: Mapped[str] = mapped_column(Text, default="{}")
+    recorded: Mapped[str | None] = mapped_column(Text, nullable=True)  # decider input + output, for replay
+
+
+class HistoryRow(Base):
+    """Finished jobs (from sacct, corrected with lucidd's own records): what the models learn from."""
+
+    __tablename__ = "history"
+    job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(Text, default="")
+    user: Mapped[str] = mapped_column(String(200), default="")
+    partition: Mapped[str] = mapped_column(String(200), default="")
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    submit_time: Mapped[int] = mapped_column(BigInteger)
+    start_time: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    end_time: Mapped[int] = mapped_column(BigInteger, index=True)
+    duration: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(40), default="")
+
+
+class MetaRow(Base):
+    __tablename__ = "meta"
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[str] = mapped_column(Text, default="")
+
+
+class ModelVersionRow(Base):
+    __tablename__ = "model_versions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(40))
+    version: Mapped[int] = mapped_column(Integer)
+    at: Mapped[int] = mapped_column(BigInteger)
+    decision: Mapped[str] = mapped_column(String(40), default="")
+    detail: Mapped[str] = mapped_column(Text, default="{}")
+
+
+def _sqlite_dir(url: str):
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
+        path = url[len("sqlite:///"):]
+        d = os.path.dirname(path)
+        if d:
+            os.makedirs(d, exist_ok=True)
+
+
+class Store:
+    def __init__(self, url: str, connect_timeout_s: float = 5.0):
+        self.url = url
+        kw = {"pool_pre_ping": True, "future": True}
+        if url.startswith("sqlite"):
+            _sqlite_dir(url)
+            kw["connect_args"] = {"timeout": 30}
+        elif url.startswith("postgresql"):
+            kw["connect_args"] = {"connect_timeout": int(max(1, connect_timeout_s))}
+        try:
+            self.engine = create_engine(url, **kw)
+        except (SQLAlchemyError, ImportError, ValueError) as exc:
+            raise StoreError(f"database URL {redact(url)}: {exc}") from None
+        if url.startswith("sqlite"):
+            @event.listens_for(self.engine, "connect")
+            def _wal(dbapi_conn, _rec):  # readers (lucidctl) never block the daemon's writes
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA busy_timeout=30000")
+                cur.close()
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def create(self):
+        with self._guard("create tables"):
+            Base.metadata.create_all(self.engine)
+            with self.session() as s:
+                if s.get(MetaRow, "schema_version") is None:
+                    s.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
+        return self
+
+    @contextmanager
+    def _guard(self, what):
+        try:
+            yield
+        except SQLAlchemyError as exc:
+            msg = " ".join(str(exc.orig if getattr(exc, "orig", None) is not None else exc).split())[:300]
+            raise StoreError(f"database {redact(self.url)} unavailable ({what}): {msg}") from None
+
+    @contextmanager
+    def session(self):
+        with self._guard("session"):
+            with self._sessions() as s:
+                with s.begin():
+                    yield s
+
+    def ping(self):
+        with self._guard("ping"):
+            with self.engine.connect() as c:
+                c.exec_driver_sql("SELECT 1")
+
+    # -- meta ---------------------------------------------------------------------------------
+    def get_meta(self, key, default=None):
+        with self.session() as s:
+            row = s.get(MetaRow, key)
+            return default if row is None else row.value
+
+    def set_meta(self, key, value):
+        with self.session() as s:
+            row = s.get(MetaRow, key)
+            if row is None:
+                s.add(MetaRow(key=key, value=str(value)))
+            else:
+                row.value = str(value)
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def jobs(self, ids=None) -> dict:
+        with self.session() as s:
+            q = select(JobRow)
+            if ids is not None:
+                ids = list(ids)
+                if not ids:
+                    return {}
+                rows = []
+                for k in range(0, len(ids), 900):  # keep IN lists inside every backend's limits
+                    rows.extend(s.scalars(q.where(JobRow.job_id.in_(ids[k:k + 900]))))
+                return {r.job_id: r for r in rows}
+            return {r.job_id: r for r in s.scalars(q)}
+
+    def open_jobs(self) -> dict:
+        with self.session() as s:
+            return {r.job_id: r for r in s.scalars(select(JobRow).where(JobRow.phase != "done"))}
+
+    def job(self, job_id) -> JobRow | None:
+        with self.session() as s:
+            return s.get(JobRow, int(job_id))
+
+    def save_jobs(self, rows):
+        with self.session() as s:
+            for r in rows:
+                s.merge(r)
+
+    # -- actions ------------------------------------------------------------------------------
+    def applied_keys(self, keys) -> set:
+        keys = list(keys)
+        out = set()
+        with self.session() as s:
+            for k in range(0, len(keys), 900):
+                out.update(s.scalars(select(ActionRow.key).where(ActionRow.key.in_(keys[k:k + 900]),
+                                                                 ActionRow.status == "applied")))
+        return out
+
+    def record_action(self, key, job_id, kind, args, reason, now, status, error=""):
+        with self.session() as s:
+            row = s.scalars(select(ActionRow).where(ActionRow.key == key)).first()
+            if row is None:
+                row = ActionRow(key=key, job_id=job_id, kind=kind, args=json.dumps(args, default=str),
+                                reason=reason, created_at=int(now))
+                s.add(row)
+            row.status = status
+            row.error = error
+            row.reason = reason
+            if status == "applied":
+                row.applied_at = int(now)
+
+    def actions_for(self, job_id) -> list:
+        with self.session() as s:
+            return list(s.scalars(select(ActionRow).where(ActionRow.job_id == int(job_id)).order_by(ActionRow.id)))
+
+    def recent_actions(self, limit=50) -> list:
+        with self.session() as s:
+            return list(s.scalars(select(ActionRow).order_by(ActionRow.id.desc()).limit(limit)))
+
+    # -- cycles -------------------------------------------------------------------------------
+    def add_cycle(self, row: CycleRow, keep_recorded: int):
+        with self.session() as s:
+            s.add(row)
+            s.flush()
+            if keep_recorded >= 0:
+                cutoff = row.id - keep_recorded
+                s.execute(CycleRow.__table__.update().where(CycleRow.id <= cutoff, CycleRow.recorded.is_not(None))
+                          .values(recorded=None))
+            return row.id
+
+    def last_cycles(self, n=20) -> list:
+        with self.session() as s:
+            return list(s.scalars(select(CycleRow).order_by(CycleRow.id.desc()).limit(n)))
+
+    def recorded_cycles(self, n=1000) -> list:
+        with self.session() as s:
+            return list(s.scalars(select(CycleRow).where(CycleRow.recorded.is_not(None))
+                                  .order_by(CycleRow.id.desc()).limit(n)))
+
+    # -- history ------------------------------------------------------------------------------
+    def add_history(self, rows):
+        with self.session() as s:
+            for r in rows:
+                s.merge(HistoryRow(**r))
+
+    def history(self, since: int) -> list:
+        with self.session() as s:
+            return list(s.scalars(select(HistoryRow).where(HistoryRow.end_time >= int(since))))
+
+    def history_count(self) -> int:
+        with self.session() as s:
+            return int(s.scalar(select(func.count()).select_from(HistoryRow)) or 0)
+
+    def prune_history(self, before: int):
+        with self.session() as s:
+            s.execute(delete(HistoryRow).where(HistoryRow.end_time < int(before)))
+
+    def add_model_version(self, kind, version, at, decision, detail):
+        with self.session() as s:
+            s.add(ModelVersionRow(kind=kind, version=int(version or 0), at=int(at), decision=decision,
+                                  detail=json.dumps(detail, default=str)))
+
+    def model_versions(self, limit=20) -> list:
+        with self.session() as s:
+            return list(s.scalars(select(ModelVersionRow).order_by(ModelVersionRow.id.desc()).limit(limit)))
+
+
+def redact(url: str) -> str:
+    """A database URL without its password, for messages and logs."""
+    if "://" in url and "@" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        if ":" in creds:
+            creds = creds.split(":", 1)[0] + ":***"
+        return f"{scheme}://{creds}@{host}"
+    return url

@@ -1,0 +1,324 @@
+"""Lucid's decisions on a live Slurm cluster: the decider `lucidd` calls every reconcile cycle.
+
+The same objects as in simulation make the decisions: jobs become `lucidd.jobs.Job`, the
+profiling queue is ordered by the profiler's `LeastGPUFirst.pending_key`, and the main queue by
+`LucidPolicy.pending_key` (estimate x GPUs, halved per `aging_halflife_s` waited, counted from the
+original submission) with the policy's starvation threshold in front. What differs is only how a
+decision reaches the cluster: Slurm places jobs itself, so the order is applied as SiteFactor
+(docs/deploy.md), and profiling is a partition lucidd moves jobs into and requeues them out of.
+
+SiteFactor of a waiting job:
+  starving (waited > starvation_s):  2,000,000,000 - minutes since EPOCH of its submission
+  otherwise:                         1,000,000,000 - round(points_per_doubling * key)
+where key = log2(estimate x GPUs) + (submitted - EPOCH) / aging_halflife_s, which is
+`LucidPolicy.pending_key` up to the constant EPOCH/halflife. Both values depend only on what
+is known at submission, so a job's SiteFactor is written once (and again only if its estimate
+changes or it starts starving).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from dataclasses import replace
+
+import pandas as pd
+
+from lucidd.jobs import Job
+from lucidd.live.reconcile import Decider, DecisionInput, Plan
+from profiler.lgf import LeastGPUFirst
+
+from .policy import LucidConfig, LucidPolicy
+
+log = logging.getLogger("lucidd.lucid")
+
+EPOCH = 1767225600  # 2026-01-01 UTC: keeps the aged key small; any fixed instant gives the same order
+NORMAL_BASE = 1_000_000_000
+STARVING_BASE = 2_000_000_000
+
+
+def live_job(j, record) -> Job:
+    """A live job as the simulator's Job: vc = its partition, submitted at its original time."""
+    submitted = int(record.original_submit) if record is not None else int(j.submit_time)
+    job = Job(j.job_id, record.target_partition if record is not None else j.partition, j.gpus, submitted, 0,
+              j.job_id, user=j.user, name=j.name, cpu_num=j.cpus)
+    job.attrs["submitted"] = submitted
+    if record is not None and record.estimate_s:
+        job.estimate = float(record.estimate_s)
+    return job
+
+
+def site_factor(policy: LucidPolicy, job: Job, now: int, points_per_doubling: int) -> tuple[int, bool]:
+    """(SiteFactor, starving) for a waiting job, from the policy's own sort key."""
+    cfg = policy.config
+    submitted = job.attrs.get("submitted", job.submit_time)
+    if now - submitted > cfg.starvation_s:
+        return max(2, STARVING_BASE - (submitted - EPOCH) // 60), True
+    key = policy.pending_key(job)[0]
+    if cfg.aging_halflife_s and cfg.aging_halflife_s > 0:
+        key -= EPOCH / cfg.aging_halflife_s  # same order, a smaller number
+    else:
+        key = math.log2(key)  # the unaged key is estimate x GPUs itself
+    return int(min(STARVING_BASE - 1, max(2, NORMAL_BASE - round(points_per_doubling * key)))), False
+
+
+class LiveEstimator:
+    """Duration estimates for live jobs: the update engine's current EBM when one exists, else the
+    fallback rule (mean of finished jobs with the same GPU count, else of all, else a constant)."""
+
+    def __init__(self, models_dir: str, default_s: float, refit_every_s: int, min_jobs: int, history_days: int):
+        self.models_dir = models_dir
+        self.default_s = float(default_s)
+        self.refit_every_s = refit_every_s
+        self.min_jobs = min_jobs
+        self.history_days = history_days
+        self._engine = None
+        self._history = None  # DataFrame of finished jobs, refreshed by `refresh_history`
+        self._lock = threading.Lock()
+
+    def engine(self):
+        if self._engine is None:
+            from models.update import UpdateConfig, UpdateEngine
+
+            self._engine = UpdateEngine(self.models_dir, UpdateConfig(refit_every_s=self.refit_every_s,
+                                                                      min_train_jobs=self.min_jobs))
+        return self._engine
+
+    def set_history(self, rows):
+        frame = pd.DataFrame([{"job_id": str(r.job_id), "submit_time": int(r.submit_time), "duration": int(r.duration),
+                               "gpu_num": int(r.gpus), "user": r.user, "vc": r.partition, "name": r.name}
+                              for r in rows],
+                             columns=["job_id", "submit_time", "duration", "gpu_num", "user", "vc", "name"])
+        with self._lock:
+            self._history = frame
+
+    def estimate(self, jobs: list) -> dict:
+        """job_id -> (seconds, source)."""
+        if not jobs:
+            return {}
+        from models.duration import fallback_estimates
+
+        frame = pd.DataFrame({"job_id": [str(j.job_id) for j in jobs],
+                              "submit_time": [int(j.attrs.get("submitted", j.submit_time)) for j in jobs],
+                              "gpu_num": [j.gpu_num for j in jobs], "user": [j.user for j in jobs],
+                              "vc": [j.vc for j in jobs], "name": [j.name for j in jobs]})
+        with self._lock:
+            hist = self._history
+        loaded = None
+        try:
+            loaded = self.engine().current("duration")
+        except Exception as exc:  # noqa: BLE001 - a broken model store must not stop ordering
+            log.warning("duration model unavailable (%s): fallback estimates", exc)
+        try:
+            if loaded is not None and not loaded.fallback:
+                out = loaded.model.predict_detailed(frame, hist)
+                src = [f"{s}:v{loaded.version}" if str(s).startswith("ebm") else str(s) for s in out["source"]]
+            else:
+                out = fallback_estimates(frame, hist, self.default_s)
+                src = [str(s) for s in out["source"]]
+            est = out["estimate"].to_numpy(float)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("estimates failed (%s): %d job(s) get the default %g s", exc, len(jobs), self.default_s)
+            return {j.job_id: (self.default_s, "default") for j in jobs}
+        return {j.job_id: (float(e) if e == e and e > 0 else self.default_s, s) for j, e, s in zip(jobs, est, src)}
+
+    def refit(self, now: int) -> str | None:
+        with self._lock:
+            hist = self._history
+        if hist is None or len(hist) < self.min_jobs:
+            return None
+        engine = self.engine()
+        if not engine.due(now, "duration"):
+            return None
+        results = engine.maybe_refit(hist, now)
+        return "; ".join(f"{r.kind} model: {r.decision} ({r.reason})" for r in results) or None
+
+
+class LucidDecider(Decider):
+    def __init__(self, config):
+        self.cfg = config
+        o = config.ordering
+        self.policy = LucidPolicy(replace(LucidConfig(), starvation_s=o.starvation_s,
+                                          aging_halflife_s=o.aging_halflife_s))
+        m = config.models
+        self.estimator = LiveEstimator(m.dir, o.default_estimate_s, m.refit_every_s, m.min_history_jobs,
+                                       m.history_days)
+        self._refit_thread = None
+        self.last_background = ""
+
+    # -- profiling -----------------------------------------------------------------------------
+    def capacity(self, inp: DecisionInput, queue_len: int) -> int:
+        p = self.cfg.profiler
+        cap = p.capacity_gpus or max(p.nprof_gpus, int(math.ceil(0.03 * inp.profiling_gpus)))
+        if queue_len > p.burst_queue and p.burst_capacity_gpus > cap:
+            cap = p.burst_capacity_gpus
+        return min(cap, inp.profiling_gpus) if inp.profiling_gpus else 0
+
+    def skip_reason(self, j, record) -> str | None:
+        p = self.cfg.profiler
+        if not p.enabled:
+            return "profiling is off ([profiler] enabled = false)"
+        if j.gpus <= 0:
+            return "asks for no GPU: nothing to profile"
+        if j.gpus > p.nprof_gpus:
+            return f"asks for {j.gpus} GPUs > Nprof {p.nprof_gpus}"
+        if not j.requeue:
+            return "submitted with --no-requeue: Slurm cannot restart it after profiling"
+        if j.array_pending:
+            return "a job array: its tasks go to their partition together"
+        if j.opted_out_of_profiling:
+            return "comment has lucid:noprofile"
+        if j.user in p.exempt_users:
+            return f"user {j.user} is exempt"
+        if j.account in p.exempt_accounts:
+            return f"account {j.account} is exempt"
+        req = record.requested_partition if record is not None else None
+        if req and any(x in p.exempt_partitions for x in req.split(",")):
+            return f"partition {req} is exempt"
+        if j.nodes > 1:
+            return "spans several nodes"
+        return None
+
+    def decide(self, inp: DecisionInput) -> Plan:
+        plan = Plan()
+        now = inp.now
+        p = self.cfg.profiler
+        tprof = p.tprof_s
+        # Tprof: requeue; a job that ran far past it while lucidd was away finishes where it is.
+        grace = max(60.0, 3 * self.cfg.daemon.interval_s)
+        used = 0
+        for j in inp.profiling:
+            r = inp.records.get(j.job_id)
+            if r is None or r.profile in ("requeued", "released", "abandoned"):
+                continue
+            used += j.gpus
+            if j.state != "RUNNING" or not j.start_time:
+                continue
+            ran = now - j.start_time
+            if ran > tprof + grace:
+                plan.abandon.append((j.job_id, f"ran {ran} s in profiling, past Tprof {tprof} s + {grace:g} s "
+                                                "(lucidd was away): left to finish there"))
+            elif ran >= tprof:
+                plan.requeue.append((j.job_id, f"ran {ran} s >= Tprof {tprof} s in profiling without ending"))
+        # Inbox: least GPUs first into profiling while capacity lasts; the rest go to their partition.
+        candidates = []
+        for j in inp.inbox:
+            r = inp.records.get(j.job_id)
+            why = self.skip_reason(j, r)
+            if why is not None:
+                plan.release.append((j.job_id, f"not profiled: {why}"))
+                continue
+            waited = now - (r.first_seen if r is not None else now)
+            if waited > 2 * tprof:  # profiling would delay it more than it is worth
+                plan.release.append((j.job_id, f"not profiled: waited {waited} s for profiling room "
+                                               f"(> 2 x Tprof)"))
+                continue
+            candidates.append(live_job(j, r))
+        candidates.sort(key=LeastGPUFirst.pending_key)
+        cap = self.capacity(inp, len(candidates))
+        for job in candidates:
+            if used + job.gpu_num > cap:
+                break  # strict least-GPUs-first: nothing bigger fits either
+            used += job.gpu_num
+            plan.profile.append((job.job_id, f"profiling: {job.gpu_num} GPU(s), least-GPUs-first, "
+                                             f"{used}/{cap} profiling GPUs in use, Tprof {tprof} s"))
+        # Main queues: Lucid's order as SiteFactor.
+        if self.cfg.ordering.enabled:
+            released = {jid for jid, _ in plan.release}
+            waiting = [live_job(j, inp.records.get(j.job_id)) for j in inp.waiting]
+            waiting += [live_job(j, inp.records.get(j.job_id)) for j in inp.inbox if j.job_id in released]
+            self._order(waiting, now, plan)
+        return plan
+
+    def _order(self, jobs, now, plan):
+        need = [j for j in jobs if j.estimate is None]
+        fresh = self.estimator.estimate(need)
+        for j in need:
+            est, src = fresh[j.job_id]
+            j.estimate = est
+            plan.estimates[j.job_id] = (est, src)
+        ppd = self.cfg.ordering.points_per_doubling
+        scored = []
+        for j in jobs:
+            value, starving = site_factor(self.policy, j, now, ppd)
+            scored.append((value, starving, j))
+        scored.sort(key=lambda t: (-t[0], t[2].seq))
+        by_part = {}
+        for value, starving, j in scored:
+            rank = by_part[j.vc] = by_part.get(j.vc, 0) + 1
+            why = ("starvation guard: waited "
+                   f"{(now - j.attrs['submitted']) / 3600:.1f} h > {self.policy.config.starvation_s / 3600:g} h"
+                   if starving else self.policy.priority_text(j, now))
+            plan.site_factors[j.job_id] = (value, rank, f"rank {rank} in {j.vc}: {why} "
+                                                        f"(estimate {j.estimate:,.0f} s); SiteFactor {value}")
+
+    # -- record / replay ----------------------------------------------------------------------------
+    def record(self, inp: DecisionInput, plan: Plan) -> dict:
+        def jd(j):
+            r = inp.records.get(j.job_id)
+            return {"job_id": j.job_id, "gpus": j.gpus, "nodes": j.nodes, "user": j.user, "account": j.account,
+                    "name": j.name, "partition": j.partition, "state": j.state, "start_time": j.start_time,
+                    "requeue": j.requeue, "comment": j.comment, "array_pending": j.array_pending,
+                    "restart_count": j.restart_count,
+                    "original_submit": None if r is None else r.original_submit,
+                    "target_partition": None if r is None else r.target_partition,
+                    "first_seen": None if r is None else r.first_seen,
+                    "estimate_s": plan.estimates.get(j.job_id, (None if r is None else r.estimate_s,))[0],
+                    "profile": None if r is None else r.profile}
+        return {"now": inp.now, "profiling_gpus": inp.profiling_gpus,
+                "config": {"tprof_s": self.cfg.profiler.tprof_s, "nprof_gpus": self.cfg.profiler.nprof_gpus,
+                           "starvation_s": self.policy.config.starvation_s,
+                           "aging_halflife_s": self.policy.config.aging_halflife_s,
+                           "points_per_doubling": self.cfg.ordering.points_per_doubling},
+                "inbox": [jd(j) for j in inp.inbox], "profiling": [jd(j) for j in inp.profiling],
+                "waiting": [jd(j) for j in inp.waiting],
+                "decisions": {"profile": [a for a, _ in plan.profile], "release": [a for a, _ in plan.release],
+                              "requeue": [a for a, _ in plan.requeue],
+                              "site_factors": {str(k): v[0] for k, v in plan.site_factors.items()}}}
+
+    # -- background --------------------------------------------------------------------------------
+    def background(self, store, now: int) -> str | None:
+        """Refresh the history the estimates use, and refit in a thread when the engine says so."""
+        rows = store.history(now - self.cfg.models.history_days * 86400)
+        self.estimator.set_history(rows)
+        if self._refit_thread is not None and self._refit_thread.is_alive():
+            return None
+
+        def work():
+            try:
+                msg = self.estimator.refit(now)
+            except Exception as exc:  # noqa: BLE001 - a failed refit keeps the current model
+                msg = f"model refit failed: {exc}; the current model stays"
+            if msg:
+                self.last_background = msg
+                log.info("%s", msg)
+
+        self._refit_thread = threading.Thread(target=work, name="lucidd-refit", daemon=True)
+        self._refit_thread.start()
+        return None
+
+
+def replay_recorded(recorded: dict) -> dict:
+    """Feed one recorded live cycle to the simulator's objects: the profiler's LGF order and the
+    Lucid policy's key. Returns the same shape as the recorded decisions (profile order and
+    SiteFactors), so a test can compare them."""
+    c = recorded["config"]
+    policy = LucidPolicy(replace(LucidConfig(), starvation_s=c["starvation_s"], aging_halflife_s=c["aging_halflife_s"]))
+    now = recorded["now"]
+
+    def job(d):
+        submitted = d["original_submit"]
+        j = Job(d["job_id"], d["target_partition"], d["gpus"], submitted, 0, d["job_id"], user=d["user"],
+                name=d["name"])
+        j.attrs["submitted"] = submitted
+        j.estimate = d["estimate_s"]
+        return j
+
+    factors = {}
+    released = set(recorded["decisions"]["release"])
+    for d in recorded["waiting"] + [d for d in recorded["inbox"] if d["job_id"] in released]:
+        factors[str(d["job_id"])] = site_factor(policy, job(d), now, c["points_per_doubling"])[0]
+    profiled = set(recorded["decisions"]["profile"])
+    order = sorted((job(d) for d in recorded["inbox"] if d["job_id"] in profiled), key=LeastGPUFirst.pending_key)
+    return {"profile": [j.job_id for j in order], "site_factors": factors}

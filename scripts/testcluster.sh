@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# The project's test cluster: Debian's Slurm 22.05 (slurmctld, 4 x slurmd with 8 fake GPUs each,
+# slurmdbd on MariaDB for sacct) and PostgreSQL, all on loopback in one private directory.
+#
+#   scripts/testcluster.sh install   apt packages (root; ~45 s once)
+#   scripts/testcluster.sh start     bring everything up, print the environment to use
+#   scripts/testcluster.sh stop      stop every daemon it started (by PID file)
+#   scripts/testcluster.sh env       print SLURM_CONF / LUCIDD_TEST_PG_URL lines for `eval`
+#   scripts/testcluster.sh status    sinfo of the running cluster
+#
+# Partitions are the ones docs/deploy.md asks for: `inbox` (Default, State=DOWN: jobs wait there
+# until lucidd moves them), `profiling` (MaxTime=INFINITE, lucidd enforces Tprof), and two VCs,
+# `main` (all nodes) and `research` (gpu[3-4]). job_submit.lua is the project's own
+# (lucidd/data/slurm/job_submit.lua). Everything stays on 127.0.0.1 with non-default ports.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DIR=${LUCIDD_TC_DIR:-/tmp/lucidd-testcluster}
+NODES=${LUCIDD_TC_NODES:-4}
+GPUS=8
+CTLD_PORT=16817; DBD_PORT=16819; SLURMD_PORT0=16821; MYSQL_PORT=16306; PG_PORT=16432
+PACKAGES=(slurmctld slurmd slurm-client munge slurmdbd slurm-wlm-mysql-plugin mariadb-server postgresql lua5.1)
+
+log() { echo "testcluster: $*" >&2; }
+
+install_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" != 0 ]; then log "need root to install: ${missing[*]}"; exit 1; fi
+  log "installing ${missing[*]}"
+  # Debian starts services on install; this machine has no init to start them, and the test
+  # cluster runs its own instances anyway.
+  local prc=/usr/sbin/policy-rc.d had_prc=0
+  [ -e $prc ] && had_prc=1
+  [ $had_prc = 1 ] || { printf '#!/bin/sh\nexit 101\n' > $prc; chmod +x $prc; }
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  [ $had_prc = 1 ] || rm -f $prc
+}
+
+nodelist() { echo "gpu[1-$NODES]"; }
+
+write_configs() {
+  mkdir -p "$DIR"/{etc,state,log,run,dev,munge,spool}
+  for i in $(seq 0 $((GPUS - 1))); do [ -e "$DIR/dev/nvidia$i" ] || mknod "$DIR/dev/nvidia$i" c 1 3; done
+  local last_port=$((SLURMD_PORT0 + NODES - 1))
+  cat > "$DIR/etc/slurm.conf" <<EOF
+ClusterName=lucidtest
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT0
+CommunicationParameters=NoInAddrAny,NoCtldInAddrAny
+AuthType=auth/munge
+AuthInfo=socket=$DIR/munge/munge.socket
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool/slurmd-%n
+SlurmctldPidFile=$DIR/run/slurmctld.pid
+SlurmdPidFile=$DIR/run/slurmd-%n.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+ReturnToService=2
+SlurmdParameters=config_overrides
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=2
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+JobSubmitPlugins=lua
+JobFileAppend=1
+JobRequeue=1
+MinJobAge=300
+PriorityType=priority/multifactor
+PriorityWeightAge=1000
+PriorityMaxAge=7-0
+PriorityWeightFairshare=0
+PriorityWeightJobSize=0
+PriorityWeightPartition=0
+PriorityWeightQOS=0
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$DBD_PORT
+AccountingStoragePass=$DIR/munge/munge.socket
+AccountingStorageTRES=gres/gpu
+JobAcctGatherType=jobacct_gather/none
+NodeName=$(nodelist) NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$SLURMD_PORT0-$last_port] CPUs=32 RealMemory=64000 Gres=gpu:$GPUS State=UNKNOWN
+PartitionName=inbox     Nodes=$(nodelist) Default=YES MaxTime=INFINITE State=DOWN
+PartitionName=profiling Nodes=$(nodelist) Default=NO  MaxTime=INFINITE State=UP PriorityTier=2
+PartitionName=main      Nodes=$(nodelist) Default=NO  MaxTime=INFINITE State=UP
+PartitionName=research  Nodes=gpu[$((NODES > 2 ? NODES - 1 : 1))-$NODES] Default=NO MaxTime=INFINITE State=UP
+EOF
+  echo "AutoDetect=off" > "$DIR/etc/gres.conf"
+  echo "NodeName=$(nodelist) Name=gpu File=$DIR/dev/nvidia[0-$((GPUS - 1))]" >> "$DIR/etc/gres.conf"
+  cp "$ROOT/lucidd/data/slurm/job_submit.lua" "$DIR/etc/job_submit.lua"
+  cat > "$DIR/etc/slurmdbd.conf" <<EOF
+AuthType=auth/munge
+AuthInfo=socket=$DIR/munge/munge.socket
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$DBD_PORT
+SlurmUser=root
+CommunicationParameters=NoInAddrAny
+LogFile=$DIR/log/slurmdbd.log
+PidFile=$DIR/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$MYSQL_PORT
+StorageUser=slurm
+StoragePass=slurmtest
+StorageLoc=slurm_acct_db
+EOF
+  chmod 600 "$DIR/etc/slurmdbd.conf"
+}
+
+wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
+  local t=$1 what=$2; shift 2
+  for _ in $(seq $((t * 10))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  log "timed out after ${t}s waiting for $what"; return 1
+}
+
+start_mariadb() {
+  local d="$DIR/mysql"
+  if [ ! -d "$d/mysql" ]; then
+    mkdir -p "$d"; chown mysql:mysql "$d" 2>/dev/null || true
+    mariadb-install-db --user=mysql --datadir="$d" --auth-root-authentication-method=socket >"$DIR/log/mysql-install.log" 2>&1
+  fi
+  mkdir -p "$DIR/run/mysqld"; chown mysql:mysql "$DIR/run/mysqld" 2>/dev/null || true
+  mariadbd --user=mysql --datadir="$d" --bind-address=127.0.0.1 --port=$MYSQL_PORT \
+    --socket="$DIR/run/mysqld/mysqld.sock" --pid-file="$DIR/run/mysqld/mysqld.pid" \
+    --log-error="$DIR/log/mysqld.log" --skip-name-resolve --innodb-buffer-pool-size=64M >/dev/null 2>&1 &
+  wait_for 30 MariaDB mariadb --socket="$DIR/run/mysqld/mysqld.sock" -e 'select 1'
+  mariadb --socket="$DIR/run/mysqld/mysqld.sock" -e "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurmtest'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
+}
+
+start_postgres() {
+  local d="$DIR/pg" bin
+  bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+  if [ ! -f "$d/PG_VERSION" ]; then
+    mkdir -p "$d"; chown postgres:postgres "$d"; chmod 700 "$d"
+    runuser -u postgres -- "$bin/initdb" -D "$d" -A trust -U postgres >"$DIR/log/pg-init.log" 2>&1
+  fi
+  mkdir -p "$DIR/run/pg"; chown postgres:postgres "$DIR/run/pg"
+  runuser -u postgres -- "$bin/pg_ctl" -D "$d" -l "$d/postgres.log" -w -t 30 \
+    -o "-p $PG_PORT -k $DIR/run/pg -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null
+  runuser -u postgres -- "$bin/psql" -h 127.0.0.1 -p $PG_PORT -U postgres -tAc \
+    "SELECT 1 FROM pg_database WHERE datname='lucidd'" | grep -q 1 || \
+    runuser -u postgres -- "$bin/createdb" -h 127.0.0.1 -p $PG_PORT -U postgres lucidd
+}
+
+export_env() {
+  echo "export SLURM_CONF=$DIR/etc/slurm.conf"
+  echo "export LUCIDD_TEST_PG_URL=postgresql+psycopg://postgres@127.0.0.1:$PG_PORT/lucidd"
+  echo "export LUCIDD_TC_DIR=$DIR"
+}
+
+start() {
+  install_packages
+  stop >/dev/null 2>&1 || true
+  write_configs
+  export SLURM_CONF=$DIR/etc/slurm.conf
+  # munge
+  chmod 755 "$DIR/munge"
+  [ -f "$DIR/munge/munge.key" ] || { mungekey -c -f -k "$DIR/munge/munge.key" 2>/dev/null || \
+    dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1 count=1024 2>/dev/null; }
+  chmod 600 "$DIR/munge/munge.key"
+  munged --force --socket "$DIR/munge/munge.socket" --key-file "$DIR/munge/munge.key" \
+    --pid-file "$DIR/run/munged.pid" --log-file "$DIR/log/munged.log" --seed-file "$DIR/munge/seed"
+  start_mariadb
+  start_postgres
+  slurmdbd 2>>"$DIR/log/slurmdbd.err"
+  wait_for 30 slurmdbd bash -c "exec 3<>/dev/tcp/127.0.0.1/$DBD_PORT"
+  sacctmgr -i add cluster lucidtest >/dev/null 2>&1 || true
+  sacctmgr -i add account research Cluster=lucidtest >/dev/null 2>&1 || true
+  sacctmgr -i add user root Account=research >/dev/null 2>&1 || true
+  sacctmgr -i add user nobody Account=research >/dev/null 2>&1 || true
+  slurmctld -f "$SLURM_CONF" 2>>"$DIR/log/slurmctld.err"
+  wait_for 30 slurmctld scontrol ping
+  for i in $(seq 1 "$NODES"); do slurmd -f "$SLURM_CONF" -N "gpu$i" 2>>"$DIR/log/slurmd.err"; done
+  wait_for 60 "idle nodes" bash -c "[ \"\$(sinfo -h -p main -t idle -o '%D')\" = $NODES ]"
+  log "up: $NODES nodes x $GPUS GPUs, partitions inbox(DOWN)/profiling/main/research; logs in $DIR/log"
+  export_env
+}
+
+kill_pidfile() {
+  local f=$1
+  [ -f "$f" ] || return 0
+  local pid; pid=$(cat "$f" 2>/dev/null || true)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+stop() {
+  for f in "$DIR"/run/slurmd-*.pid; do [ -e "$f" ] && kill_pidfile "$f"; done
+  kill_pidfile "$DIR/run/slurmctld.pid"
+  kill_pidfile "$DIR/run/slurmdbd.pid"
+  kill_pidfile "$DIR/run/mysqld/mysqld.pid"
+  if [ -f "$DIR/pg/postmaster.pid" ]; then
+    local bin; bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+    runuser -u postgres -- "$bin/pg_ctl" -D "$DIR/pg" -m fast -w stop >/dev/null 2>&1 || true
+  fi
+  kill_pidfile "$DIR/run/munged.pid"
+  # Job steps of the fake nodes (sleep jobs) would otherwise outlive the cluster.
+  pkill -f "slurmstepd: \[" 2>/dev/null || true
+  log "stopped"
+}
+
+case "${1:-}" in
+  install) install_packages ;;
+  start) start ;;
+  stop) stop ;;
+  env) export_env ;;
+  status) SLURM_CONF=$DIR/etc/slurm.conf sinfo ;;
+  reset) stop; rm -rf "$DIR"; log "removed $DIR" ;;
+  *) echo "usage: $0 install|start|stop|env|status|reset" >&2; exit 2 ;;
+esac
