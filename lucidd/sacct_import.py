@@ -1,0 +1,596 @@
+"""Turn a cluster's own `sacct --json` history into a trace that `lucidctl simulate` replays.
+
+`lucidctl import-sacct` (docs/traces.md, "Your own cluster's history (sacct)") reads a saved
+`sacct --json` file or runs `sacct --json --allusers --duplicates` itself (through
+`lucidd.backends.slurm.SlurmRunner`), and writes a trace in lucidd's generic `csv` format. With
+`sinfo --json` it also writes a VC config (one row per partition the trace uses).
+
+The rules, in the order they are applied:
+
+* One sacct record is one run of a job allocation; job steps (nested under `steps`) are ignored.
+  Each array task and each heterogeneous-job component is a job of its own (`1234_5`, `1234+0`).
+* Records with the same job id are runs of one job when every earlier one ended in a requeue
+  state (`REQUEUED`, ...): `sacct -D` lists each run of a requeued job, and lucidd's profiling
+  requeues every profiled job once. They become one job: submit time of the **first** run,
+  duration, GPUs and state of the **last** run, and it is counted as requeued. The same id
+  after a run that did not end in a requeue is a different job (Slurm reuses ids after a state
+  reset or a wrap-around); it gets the id `ID#2`, `ID#3`, ...
+* VC = the partition of the last run. When that is one of lucidd's own partitions (`inbox`,
+  `profiling`: a job that finished within Tprof, or lucidd routed), the VC is the partition the
+  user asked for (`lucid:partition=NAME` in the admin comment, written by lucidd's
+  job_submit.lua), else the last earlier run's partition outside them, else `default_vc` when
+  given, else the lucidd partition's name is kept (and counted in the report).
+* duration = end - start of the last run that started (wall time, as Slurm's Elapsed). Jobs that
+  never started (cancelled while pending) are dropped (`never started`); jobs still pending or
+  running are dropped (`not finished`).
+* GPUs = the allocated `gres/gpu` TRES of that run, else the requested one. Jobs with no GPU are
+  dropped (`cpu-only job`) unless `keep_cpu_jobs`, which keeps them as 1-GPU jobs (the simulator
+  only models GPUs; the csv format needs gpu_num >= 1) with `gpus_recorded` = 0.
+* Times are written as ISO-8601 UTC (`2026-11-23T18:05:38Z`); `start`/`end` keep the jobs
+  submitted in [start, end) (`outside window`).
+* Names are taken as slurmdbd stored them: it turns `"` into a backtick and, depending on the
+  database's character set, some non-ASCII characters into `?`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .backends.base import PARTITION_TAG
+from .errors import LucidError
+
+#: lucidd's own partitions (docs/deploy.md): a job's VC is never one of these when it can be helped.
+LUCID_PARTITIONS = ("inbox", "profiling")
+
+#: states of a run that was requeued: the next record with the same job id is the same job.
+REQUEUE_STATES = frozenset({"REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "REQUEUED_HOLD"})
+#: states of a job that has not ended yet.
+UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING",
+                               "SIGNALING", "STAGE_OUT", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                               "REQUEUED_HOLD", "STOPPED"})
+
+#: columns of the written trace (lucidd's generic csv format; the last ones are ignored by the loader).
+TRACE_COLUMNS = ("job_id", "submit_time", "duration", "gpu_num", "cpu_num", "vc", "user", "name", "state",
+                 "start_time", "end_time", "account", "requeues", "gpus_recorded")
+
+#: default window of `--live` without --start: the last 30 days.
+DEFAULT_LIVE_DAYS = 30
+
+
+class SacctImportError(LucidError):
+    """The input is not usable sacct/sinfo output, or nothing is left to write."""
+
+
+@dataclass
+class ImportReport:
+    """What an import did: counts for every rule, so nothing is dropped or changed silently."""
+
+    source: str
+    records: int = 0  # sacct job records read (runs; steps not counted)
+    jobs: int = 0  # jobs written
+    dropped: dict = field(default_factory=dict)  # reason -> jobs
+    requeued: int = 0  # jobs that had more than one run (merged into one)
+    extra_runs: int = 0  # runs merged away
+    vc_from_request: int = 0  # last run in a lucidd partition: VC from lucid:partition= / an earlier run
+    vc_default: int = 0  # ... from default_vc
+    vc_lucid_left: dict = field(default_factory=dict)  # lucidd partition -> jobs that kept it as VC
+    ids_reused: int = 0  # job ids that stood for more than one job
+    cpu_jobs_kept: int = 0
+    first_submit: int | None = None  # Unix seconds
+    last_submit: int | None = None
+    gpu_hours: float = 0.0
+    vcs: dict = field(default_factory=dict)  # vc -> jobs
+    notes: list = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        drop = ", ".join(f"{n} {r}" for r, n in self.dropped.items()) or "none"
+        out = [f"{self.jobs} jobs from {self.records} sacct records of {self.source}; dropped: {drop}"]
+        if self.jobs:
+            out.append(f"submitted {_iso(self.first_submit)} .. {_iso(self.last_submit)}; "
+                       f"{len(self.vcs)} VCs ({', '.join(f'{k}: {v}' for k, v in self.vcs.items())}); "
+                       f"{self.gpu_hours:,.1f} GPU-hours")
+        if self.requeued:
+            out.append(f"{self.requeued} requeued job(s): {self.extra_runs} earlier run(s) merged (first submit, "
+                       "last run)")
+        if self.vc_from_request:
+            out.append(f"{self.vc_from_request} job(s) whose last run was in a lucidd partition "
+                       f"({', '.join(LUCID_PARTITIONS)}) got the partition they asked for as VC")
+        if self.vc_default:
+            out.append(f"{self.vc_default} job(s) with no recorded partition request got the --default-vc")
+        for part, n in self.vc_lucid_left.items():
+            out.append(f"{n} job(s) ran only in lucidd's partition '{part}' with no recorded request: VC '{part}' "
+                       "(give --default-vc NAME to put them in a partition)")
+        if self.ids_reused:
+            out.append(f"{self.ids_reused} job id(s) were used by more than one job (ids reset or wrapped): "
+                       "the later jobs are ID#2, ID#3, ...")
+        if self.cpu_jobs_kept:
+            out.append(f"{self.cpu_jobs_kept} job(s) without GPUs kept as 1-GPU jobs (gpus_recorded = 0)")
+        out.extend(f"note: {n}" for n in self.notes)
+        return out
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("source", "records", "jobs", "dropped", "requeued", "extra_runs",
+                                           "vc_from_request", "vc_default", "vc_lucid_left", "ids_reused",
+                                           "cpu_jobs_kept", "vcs", "notes")}
+        d["gpu_hours"] = round(self.gpu_hours, 3)
+        d["first_submit"] = _iso(self.first_submit) if self.first_submit is not None else None
+        d["last_submit"] = _iso(self.last_submit) if self.last_submit is not None else None
+        return d
+
+
+# ----- small readers, tolerant of 22.05's plain values and newer Slurm's {"set", "number"} ----------
+
+def _int(v, default=None):
+    if v is None or isinstance(v, bool):
+        return default
+    if isinstance(v, dict):
+        if v.get("infinite") or v.get("set") is False:
+            return default
+        v = v.get("number")
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def _time(v):
+    t = _int(v, None)
+    return t if t else None  # 0: not set
+
+
+def _state(rec) -> str:
+    s = rec.get("state")
+    if isinstance(s, dict):
+        s = s.get("current")
+    if isinstance(s, list):  # newer Slurm: a list of flags, the base state first
+        s = s[0] if s else ""
+    return str(s or "").upper()
+
+
+def _tres_gpus(items) -> int:
+    """GPUs in a TRES list: the untyped `gres/gpu` entry, else the sum of the typed ones."""
+    total, typed = None, 0
+    for item in items or []:
+        if not isinstance(item, dict) or item.get("type") != "gres":
+            continue
+        name = str(item.get("name") or "")
+        count = _int(item.get("count"), 0) or 0
+        if name == "gpu":
+            total = max(total or 0, count)
+        elif name.startswith("gpu:"):
+            typed += count
+    return total if total is not None else typed
+
+
+def _tres_count(items, kind: str) -> int:
+    for item in items or []:
+        if isinstance(item, dict) and item.get("type") == kind:
+            return _int(item.get("count"), 0) or 0
+    return 0
+
+
+def _iso(t) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(t)))
+
+
+def _requested_partition(admin_comment: str, lucid: tuple) -> str | None:
+    for word in (admin_comment or "").split():
+        if word.startswith(PARTITION_TAG):
+            parts = [p for p in word[len(PARTITION_TAG):].split(",") if p and p not in lucid]
+            if parts:
+                return parts[0]
+    return None
+
+
+@dataclass
+class _Run:
+    key: tuple  # (cluster, raw job id)
+    display_id: str
+    submit: int | None
+    start: int | None
+    end: int | None
+    state: str
+    partition: str
+    gpus: int
+    cpus: int
+    user: str
+    name: str
+    account: str
+    admin_comment: str
+    order: int  # position in the file (ties)
+
+
+def _read_run(rec: dict, order: int) -> _Run:
+    job_id = _int(rec.get("job_id"))
+    if job_id is None:
+        raise ValueError("no job_id")
+    display = str(job_id)
+    array = rec.get("array") or {}
+    array_job, task = _int(array.get("job_id"), 0) or 0, _int(array.get("task_id"), None)
+    if array_job and task is not None:
+        display = f"{array_job}_{task}"
+    het = rec.get("het") or {}
+    het_job, offset = _int(het.get("job_id"), 0) or 0, _int(het.get("job_offset"), None)
+    if het_job and offset is not None:
+        display = f"{het_job}+{offset}"
+    t = rec.get("time") or {}
+    tres = rec.get("tres") or {}
+    gpus = _tres_gpus(tres.get("allocated")) or _tres_gpus(tres.get("requested"))
+    cpus = _tres_count(tres.get("allocated"), "cpu") or _tres_count(tres.get("requested"), "cpu")
+    comment = rec.get("comment") or {}
+    admin = comment.get("administrator") if isinstance(comment, dict) else ""
+    assoc = rec.get("association") or {}
+    return _Run(key=(str(rec.get("cluster") or ""), job_id), display_id=display,
+                submit=_time(t.get("submission")), start=_time(t.get("start")), end=_time(t.get("end")),
+                state=_state(rec), partition=str(rec.get("partition") or ""), gpus=gpus, cpus=cpus,
+                user=str(rec.get("user") or assoc.get("user") or ""), name=str(rec.get("name") or ""),
+                account=str(rec.get("account") or ""), admin_comment=str(admin or ""), order=order)
+
+
+def _group_runs(runs: list[_Run]) -> list[list[_Run]]:
+    """Runs -> jobs: records of one id continue one job while each earlier one was requeued."""
+    by_key: dict = {}
+    for r in runs:
+        by_key.setdefault(r.key, []).append(r)
+    jobs = []
+    for rs in by_key.values():
+        rs.sort(key=lambda r: (r.submit if r.submit is not None else math.inf,
+                               r.start if r.start is not None else math.inf, r.order))
+        current = [rs[0]]
+        for r in rs[1:]:
+            if current[-1].state in REQUEUE_STATES:
+                current.append(r)
+            else:
+                jobs.append(current)
+                current = [r]
+        jobs.append(current)
+    return jobs
+
+
+def check_sacct_data(data, source: str = "sacct --json") -> list:
+    """The `jobs` list of `sacct --json` output, or a SacctImportError that says what the input is."""
+    if not isinstance(data, dict):
+        raise SacctImportError(f"{source}: not `sacct --json` output (the JSON is a {type(data).__name__}, "
+                               "expected an object with a 'jobs' list)")
+    jobs = data.get("jobs")
+    if not isinstance(jobs, list):
+        if isinstance(data.get("nodes"), list):
+            what = "it looks like `sinfo --json` output (give it as --sinfo-json)"
+        elif data:
+            what = f"no 'jobs' list; top-level keys: {', '.join(map(str, list(data)[:8]))}"
+        else:
+            what = "an empty JSON object"
+        raise SacctImportError(f"{source}: not `sacct --json` output ({what})")
+    errors = [e for e in data.get("errors") or [] if e]
+    if not jobs and errors:
+        raise SacctImportError(f"{source}: sacct reported errors and no jobs: {_one_line(json.dumps(errors))[:300]}")
+    for rec in jobs[:50]:
+        if isinstance(rec, dict) and "job_state" in rec and "time" not in rec:
+            raise SacctImportError(f"{source}: this is `squeue --json` output (slurmctld's current jobs), not "
+                                   "`sacct --json` (the accounting history)")
+        if isinstance(rec, dict) and not isinstance(rec.get("time"), dict):
+            raise SacctImportError(f"{source}: not `sacct --json` output (a job record without a 'time' object; "
+                                   f"keys: {', '.join(map(str, list(rec)[:8]))})")
+    return jobs
+
+
+def _one_line(s: str) -> str:
+    return " ".join(str(s).split())
+
+
+def sacct_json_to_trace(data: dict, *, source: str = "sacct --json", start: int | None = None,
+                        end: int | None = None, keep_cpu_jobs: bool = False,
+                        lucid_partitions=LUCID_PARTITIONS, default_vc: str | None = None):
+    """`sacct --json` output (parsed) -> (trace DataFrame in lucidd's csv format, ImportReport).
+
+    `start`/`end`: Unix seconds; only jobs submitted in [start, end) are kept. The rules are in
+    the module docstring and docs/traces.md. Raises SacctImportError when `data` is not sacct
+    output; an empty result is not an error here (the CLI refuses to write an empty trace).
+    """
+    recs = check_sacct_data(data, source)
+    lucid = tuple(lucid_partitions or ())
+    rep = ImportReport(source=source)
+    dropped = Counter()
+    runs = []
+    for i, rec in enumerate(recs):
+        if not isinstance(rec, dict):
+            dropped["unreadable record"] += 1
+            continue
+        try:
+            runs.append(_read_run(rec, i))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            dropped["unreadable record"] += 1
+    rep.records = len(recs)
+    clusters = {r.key[0] for r in runs}
+    groups = _group_runs(runs)
+    seen_ids = Counter()
+    rows = []
+    for g in sorted(groups, key=lambda g: (g[0].submit or 0, g[0].key, g[0].order)):
+        first, last = g[0], g[-1]
+        base_id = last.display_id if len(clusters) <= 1 else f"{last.key[0]}:{last.display_id}"
+        seen_ids[base_id] += 1
+        job_id = base_id if seen_ids[base_id] == 1 else f"{base_id}#{seen_ids[base_id]}"
+        if seen_ids[base_id] == 2:
+            rep.ids_reused += 1
+        started = [r for r in g if r.start is not None]
+        submit = next((r.submit for r in g if r.submit is not None), None)
+        if submit is None:
+            submit = started[0].start if started else None
+        if submit is None:
+            dropped["no submit time"] += 1
+            continue
+        if (start is not None and submit < start) or (end is not None and submit >= end):
+            dropped["outside window"] += 1
+            continue
+        if last.state in UNFINISHED_STATES or (last.start is not None and last.end is None):
+            dropped["not finished"] += 1
+            continue
+        if not started:
+            dropped["never started"] += 1
+            continue
+        run = started[-1]
+        if run.end is None or run.end < run.start:
+            dropped["bad start/end times"] += 1
+            continue
+        gpus = run.gpus or last.gpus
+        recorded = gpus
+        if gpus <= 0:
+            if not keep_cpu_jobs:
+                dropped["cpu-only job"] += 1
+                continue
+            gpus = 1
+            rep.cpu_jobs_kept += 1
+        vc = run.partition or last.partition
+        if "," in vc:
+            vc = vc.split(",")[0]
+        if vc in lucid or not vc:
+            asked = next((p for r in reversed(g) for p in [_requested_partition(r.admin_comment, lucid)] if p),
+                         None)
+            earlier = next((r.partition.split(",")[0] for r in reversed(g)
+                            if r.partition and r.partition.split(",")[0] not in lucid), None)
+            if asked or earlier:
+                vc = asked or earlier
+                rep.vc_from_request += 1
+            elif default_vc:
+                vc = default_vc
+                rep.vc_default += 1
+            else:
+                vc = vc or "default"
+                rep.vc_lucid_left[vc] = rep.vc_lucid_left.get(vc, 0) + 1
+        if len(g) > 1:
+            rep.requeued += 1
+            rep.extra_runs += len(g) - 1
+        rows.append({
+            "job_id": job_id, "submit_time": _iso(submit), "duration": int(run.end - run.start),
+            "gpu_num": int(gpus), "cpu_num": int(run.cpus or last.cpus), "vc": vc, "user": last.user or first.user,
+            "name": last.name or first.name, "state": last.state, "start_time": _iso(run.start),
+            "end_time": _iso(run.end), "account": last.account, "requeues": len(g) - 1, "gpus_recorded": recorded,
+            "_submit": submit,
+        })
+    df = pd.DataFrame(rows, columns=[*TRACE_COLUMNS, "_submit"])
+    df = df.sort_values("_submit", kind="stable").reset_index(drop=True)
+    if len(df):
+        rep.first_submit, rep.last_submit = int(df["_submit"].min()), int(df["_submit"].max())
+        rep.gpu_hours = float((df["gpu_num"] * df["duration"]).sum()) / 3600
+        rep.vcs = {str(k): int(v) for k, v in df["vc"].value_counts().sort_index().items()}
+    df = df.drop(columns="_submit")
+    for c in ("duration", "gpu_num", "cpu_num", "requeues", "gpus_recorded"):
+        df[c] = df[c].astype("int64")
+    rep.jobs = len(df)
+    order = ("unreadable record", "no submit time", "outside window", "not finished", "never started",
+             "bad start/end times", "cpu-only job")
+    rep.dropped = {k: dropped[k] for k in order if dropped.get(k)}
+    if rep.records and not any(r.gpus for r in runs):
+        rep.notes.append("no record has a gres/gpu TRES: Slurm accounts GPUs only with "
+                         "AccountingStorageTRES=gres/gpu in slurm.conf")
+    return df, rep
+
+
+# ----- VC config from sinfo ---------------------------------------------------------------------
+
+def vc_config_from_sinfo(data, trace: pd.DataFrame, source: str = "sinfo --json",
+                         gpus_per_node: int = 8) -> tuple[pd.DataFrame, list[str]]:
+    """`sinfo --json` + the imported trace -> (VC config `vc,nodes,gpus_per_node`, notes).
+
+    One row per VC of the trace: the partition's nodes that have GPUs, and their most common GPU
+    count. A VC that is not a partition in sinfo is sized from the trace (docs/simulator.md)."""
+    from .backends.slurm import gres_gpu_count
+    from .cluster import size_cluster_from_trace
+
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+        what = ("it looks like `sacct --json` output" if isinstance(data, dict) and "jobs" in data
+                else "no 'nodes' list")
+        raise SacctImportError(f"{source}: not `sinfo --json` output ({what})")
+    members: dict[str, list[int]] = {}
+    node_parts: dict[str, tuple] = {}
+    for rec in data["nodes"]:
+        if not isinstance(rec, dict) or not rec.get("name"):
+            continue
+        gpus = gres_gpu_count(str(rec.get("gres") or ""))
+        parts = tuple(str(p) for p in rec.get("partitions") or ())
+        node_parts[rec["name"]] = parts
+        for p in parts:
+            members.setdefault(p, []).append(gpus)
+    notes, rows = [], []
+    vcs = sorted(trace["vc"].astype(str).unique()) if len(trace) else []
+    missing = []
+    for vc in vcs:
+        counts = [g for g in members.get(vc, []) if g > 0]
+        if not counts:
+            missing.append(vc)
+            continue
+        common = Counter(counts).most_common()
+        gpn = max(c for c, n in common if n == common[0][1])
+        if len(common) > 1:
+            notes.append(f"partition {vc}: nodes have {', '.join(f'{n}x{c}' for c, n in common)} GPUs; the "
+                         f"simulator's VC has identical nodes, so {len(counts)} nodes of {gpn} GPUs")
+        rows.append({"vc": vc, "nodes": len(counts), "gpus_per_node": gpn})
+    if missing:
+        sized = size_cluster_from_trace(trace[trace["vc"].isin(missing)], gpus_per_node=gpus_per_node)
+        for vc in missing:
+            v = sized.vcs[vc]
+            rows.append({"vc": vc, "nodes": v.nodes, "gpus_per_node": v.gpus_per_node})
+            notes.append(f"VC {vc}: no partition with GPU nodes of that name in {source}; sized from the trace "
+                         f"({v.nodes} nodes of {v.gpus_per_node} GPUs)")
+    cfg = pd.DataFrame(rows, columns=["vc", "nodes", "gpus_per_node"])
+    shared = [n for n, parts in node_parts.items() if len(set(parts) & {r["vc"] for r in rows}) > 1]
+    if shared:
+        total = len({n for n, parts in node_parts.items() if set(parts) & {r["vc"] for r in rows}})
+        notes.append(f"{len(shared)} node(s) belong to more than one of these partitions; the simulator's VCs do "
+                     f"not share nodes, so the config has {int(cfg['nodes'].sum())} nodes for {total} real ones: "
+                     "edit it to the split you want to simulate")
+    if len(cfg):  # a job larger than its VC would stop `simulate`; say so here
+        cap = {r["vc"]: r["nodes"] * r["gpus_per_node"] for r in rows}
+        big = trace[trace["gpu_num"] > trace["vc"].map(cap)]
+        if len(big):
+            b = big.iloc[0]
+            notes.append(f"{len(big)} job(s) ask for more GPUs than their VC has (e.g. job {b['job_id']}: "
+                         f"{int(b['gpu_num'])} GPUs, VC {b['vc']}: {cap[b['vc']]})")
+    return cfg, notes
+
+
+# ----- files and the command ----------------------------------------------------------------------
+
+def read_json_file(path, what: str = "sacct --json") -> dict:
+    """A JSON file as a dict, or one line naming the file and what is wrong with it."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise SacctImportError(f"{path}: is a directory, not a `{what}` file")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise SacctImportError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise SacctImportError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if not raw.strip():
+        raise SacctImportError(f"{path}: empty file (expected `{what}` output)")
+    try:
+        return json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise SacctImportError(f"{path}: not UTF-8 text (byte {exc.start}); expected `{what}` output") from None
+    except json.JSONDecodeError as exc:
+        raise SacctImportError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+                               f"expected `{what}` output") from None
+
+
+def parse_when(value, flag: str) -> int:
+    """A --start/--end DATE (local time, as sacct reads it; or with an explicit offset) -> Unix seconds."""
+    try:
+        ts = pd.Timestamp(str(value).strip())
+    except (ValueError, TypeError):
+        ts = None
+    if ts is None or ts is pd.NaT:
+        raise SacctImportError(f"{flag} {value}: not a date/time (e.g. 2026-11-01 or 2026-11-01T08:00:00)")
+    if ts.tzinfo is not None:
+        return int(ts.timestamp())
+    return int(time.mktime(ts.to_pydatetime().timetuple()))
+
+
+def _sacct_time(t: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+
+
+def fetch_live(runner, start: int, end: int) -> dict:
+    """Run sacct (and nothing else) through SlurmRunner for the window."""
+    argv = ["sacct", "--json", "--allusers", "--duplicates", "--starttime", _sacct_time(start),
+            "--endtime", _sacct_time(end)]
+    return runner.run_json(argv)
+
+
+def _write_csv(df: pd.DataFrame, path: str, flag: str) -> None:
+    if os.path.isdir(path):
+        raise SacctImportError(f"{flag} {path}: is a directory; give a file name")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise SacctImportError(f"{flag} {path}: folder {parent} does not exist")
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        df.to_csv(tmp, index=False)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise SacctImportError(f"{flag} {path}: cannot write it ({exc.strerror or exc})") from None
+
+
+def cmd_import_sacct(args, runner=None) -> int:
+    """`lucidctl import-sacct`: everything but the argument parsing."""
+    if bool(args.json_file) == bool(args.live):
+        raise SacctImportError("import-sacct: give one of --json-file FILE (saved `sacct --json` output) "
+                               "or --live (run sacct now)")
+    start = parse_when(args.start, "--start") if args.start else None
+    end = parse_when(args.end, "--end") if args.end else None
+    if start is not None and end is not None and end <= start:
+        raise SacctImportError(f"--end {args.end}: must be after --start {args.start}")
+    if args.vc_config_out and not (args.sinfo_json or args.live):
+        raise SacctImportError("--vc-config-out needs --sinfo-json FILE (saved `sinfo --json` output) or --live; "
+                               "without it, leave --vc-config-out out and `simulate` sizes the VCs from the trace")
+    if args.out == args.vc_config_out:
+        raise SacctImportError(f"--out and --vc-config-out are the same file ({args.out})")
+    sinfo = read_json_file(args.sinfo_json, "sinfo --json") if args.sinfo_json else None
+    if args.live:
+        from .backends.slurm import SlurmRunner
+
+        runner = runner or SlurmRunner(timeout_s=600.0)
+        now = int(time.time())
+        end_q = end if end is not None else now
+        start_q = start if start is not None else end_q - DEFAULT_LIVE_DAYS * 86400
+        source = f"sacct --json --starttime {_sacct_time(start_q)} --endtime {_sacct_time(end_q)}"
+        data = fetch_live(runner, start_q, end_q)
+        start = start_q
+        if args.vc_config_out and sinfo is None:
+            sinfo = runner.run_json(["sinfo", "--json"])
+    else:
+        source = args.json_file
+        data = read_json_file(args.json_file, "sacct --json")
+    trace, rep = sacct_json_to_trace(data, source=source, start=start, end=end,
+                                     keep_cpu_jobs=args.keep_cpu_jobs,
+                                     lucid_partitions=_partitions(args.lucid_partitions),
+                                     default_vc=args.default_vc)
+    if rep.jobs == 0:
+        drop = ", ".join(f"{n} {r}" for r, n in rep.dropped.items()) or "none"
+        extra = f"; {rep.notes[0]}" if rep.notes else ""
+        raise SacctImportError(f"{source}: no jobs to write ({rep.records} sacct records; dropped: {drop}){extra}")
+    vc_notes = []
+    vc_cfg = None
+    if args.vc_config_out:
+        vc_cfg, vc_notes = vc_config_from_sinfo(sinfo, trace, args.sinfo_json or "sinfo --json")
+    _write_csv(trace, args.out, "--out")
+    if vc_cfg is not None:
+        _write_csv(vc_cfg, args.vc_config_out, "--vc-config-out")
+    if getattr(args, "json", False):
+        d = rep.to_dict()
+        d.update({"out": os.path.abspath(args.out), "vc_config_out": os.path.abspath(args.vc_config_out)
+                  if vc_cfg is not None else None, "vc_config": vc_cfg.to_dict("records") if vc_cfg is not None
+                  else None, "vc_config_notes": vc_notes})
+        print(json.dumps(d, indent=2))
+        return 0
+    for line in rep.lines():
+        print(line)
+    for n in vc_notes:
+        print(f"note: {n}")
+    print(f"wrote {rep.jobs} jobs to {args.out}"
+          + (f" and {len(vc_cfg)} VCs to {args.vc_config_out}" if vc_cfg is not None else ""))
+    hint = f" --vc-config {args.vc_config_out}" if vc_cfg is not None else ""
+    print(f"next: lucidctl simulate --trace {args.out} --format csv{hint} --out sim-out/")
+    return 0
+
+
+def _partitions(value) -> tuple:
+    if value is None:
+        return LUCID_PARTITIONS
+    return tuple(p.strip() for p in str(value).split(",") if p.strip())
+
+
+__all__ = ["sacct_json_to_trace", "vc_config_from_sinfo", "ImportReport", "SacctImportError", "read_json_file",
+           "check_sacct_data", "cmd_import_sacct", "TRACE_COLUMNS", "LUCID_PARTITIONS"]
