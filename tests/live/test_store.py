@@ -1,0 +1,277 @@
+"""lucidd's state (lucidd/live/store.py) on a temporary SQLite file, and on PostgreSQL when
+LUCIDD_TEST_PG_URL is set (the test cluster's: `scripts/testcluster.sh env`).
+
+Every PostgreSQL test runs in a schema of its own, dropped afterwards. With CI=true the
+PostgreSQL variant must run: an unset LUCIDD_TEST_PG_URL fails instead of skipping.
+"""
+
+import os
+import uuid
+
+import pytest
+
+from lucidd.live.store import (SCHEMA_VERSION, CycleRow, JobRow, Store, StoreError, redact)
+
+PG_URL = os.environ.get("LUCIDD_TEST_PG_URL", "")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _pg_store():
+    from sqlalchemy import create_engine, text
+
+    if not PG_URL:
+        if IN_CI:
+            pytest.fail("CI=true but LUCIDD_TEST_PG_URL is not set: the PostgreSQL store tests must run "
+                        "(eval \"$(scripts/testcluster.sh env)\")")
+        pytest.skip("LUCIDD_TEST_PG_URL not set (PostgreSQL store tests run with the test cluster)")
+    schema = f"lucidd_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_URL, future=True)
+    with admin.begin() as c:  # no skip on failure: with the URL set, an unreachable server is an error
+        c.execute(text(f'CREATE SCHEMA "{schema}"'))
+    sep = "&" if "?" in PG_URL else "?"
+    store = Store(f"{PG_URL}{sep}options=-csearch_path%3D{schema}")
+    return store, (admin, schema)
+
+
+def _pg_cleanup(store, handle):
+    from sqlalchemy import text
+
+    admin, schema = handle
+    store.engine.dispose()
+    with admin.begin() as c:
+        c.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        s = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+        yield s.create()
+        s.engine.dispose()
+    else:
+        s, handle = _pg_store()
+        try:
+            yield s.create()
+        finally:
+            _pg_cleanup(s, handle)
+
+
+def job(job_id, **kw):
+    base = dict(job_id=job_id, first_seen=1000, original_submit=990, requested_partition=None,
+                target_partition="main", name=f"j{job_id}", user="alice", account="acct", gpus=1)
+    base.update(kw)
+    return JobRow(**base)
+
+
+# ----- create / meta ----------------------------------------------------------------------------
+
+def test_create_is_idempotent_and_records_the_schema_version(store):
+    assert store.get_meta("schema_version") == str(SCHEMA_VERSION)
+    store.create()
+    store.create()
+    assert store.get_meta("schema_version") == str(SCHEMA_VERSION)
+    store.ping()
+
+
+def test_sqlite_creates_its_directory(tmp_path):
+    path = tmp_path / "a" / "b" / "lucidd.db"
+    Store(f"sqlite:///{path}").create()
+    assert path.exists()
+
+
+def test_meta(store):
+    assert store.get_meta("nope") is None and store.get_meta("nope", "d") == "d"
+    store.set_meta("started_at", 12.5)
+    assert store.get_meta("started_at") == "12.5"
+    store.set_meta("started_at", "13")
+    assert store.get_meta("started_at") == "13"
+
+
+# ----- jobs -------------------------------------------------------------------------------------
+
+def test_save_and_load_jobs(store):
+    store.save_jobs([job(1), job(2, gpus=4, phase="profiling", profile="admitted"), job(3, phase="done")])
+    all_jobs = store.jobs()
+    assert set(all_jobs) == {1, 2, 3}
+    r = all_jobs[2]
+    assert (r.gpus, r.phase, r.profile, r.target_partition, r.original_submit) == (4, "profiling", "admitted", "main",
+                                                                                    990)
+    assert set(store.open_jobs()) == {1, 2}
+    assert store.job(3).phase == "done" and store.job(99) is None
+    assert set(store.jobs([1, 3, 42])) == {1, 3} and store.jobs([]) == {}
+
+
+def test_defaults_of_a_new_job_row(store):
+    store.save_jobs([job(7)])
+    r = store.job(7)
+    assert (r.phase, r.profile, r.restarts, r.site_factor, r.estimate_s, r.requeued_at) == (
+        "inbox", "pending", 0, None, None, None)
+
+
+def test_save_merges_an_existing_job(store):
+    store.save_jobs([job(1)])
+    r = store.job(1)
+    r.phase, r.site_factor, r.estimate_s, r.estimate_source = "released", 999_000_123, 1234.5, "fallback:gpu"
+    store.save_jobs([r])
+    got = store.job(1)
+    assert (got.phase, got.site_factor, got.estimate_s, got.estimate_source) == ("released", 999_000_123, 1234.5,
+                                                                                 "fallback:gpu")
+    assert len(store.jobs()) == 1
+
+
+def test_names_with_quotes_newlines_and_non_ascii_are_kept_exactly(store):
+    name = 'odd ;$(touch x) `id` \'q\' "dq" ünï ✓\nsecond line\t'
+    store.save_jobs([job(5, name=name, user="ü", requested_partition="main,research")])
+    r = store.job(5)
+    assert r.name == name and r.user == "ü" and r.requested_partition == "main,research"
+
+
+def test_big_job_ids_and_many_ids(store):
+    big = 2 ** 40
+    ids = list(range(1, 2001)) + [big]
+    store.save_jobs([job(i) for i in ids])
+    got = store.jobs(ids)  # more than one IN chunk of 900
+    assert len(got) == len(ids) and big in got
+
+
+# ----- actions: written first, applied once -----------------------------------------------------
+
+def test_record_action_and_applied_keys(store):
+    store.record_action("profile:1", 1, "profile", {"partition": "profiling"}, "room", 100, "planned")
+    assert store.applied_keys(["profile:1"]) == set()
+    store.record_action("profile:1", 1, "profile", {"partition": "profiling"}, "room", 101, "applied")
+    assert store.applied_keys(["profile:1", "requeue:1"]) == {"profile:1"}
+    acts = store.actions_for(1)
+    assert len(acts) == 1  # the same key never makes a second row
+    a = acts[0]
+    assert (a.status, a.created_at, a.applied_at, a.kind, a.job_id) == ("applied", 100, 101, "profile", 1)
+    assert '"partition": "profiling"' in a.args
+
+
+def test_failed_and_dry_run_actions_are_not_applied(store):
+    store.record_action("requeue:2", 2, "requeue", {}, "Tprof", 100, "planned")
+    store.record_action("requeue:2", 2, "requeue", {}, "Tprof", 100, "failed", "slurm: Invalid job id specified")
+    store.record_action("sitefactor:3:5", 3, "sitefactor", {"value": 5}, "rank 1", 100, "dry-run")
+    assert store.applied_keys(["requeue:2", "sitefactor:3:5"]) == set()
+    (a,) = store.actions_for(2)
+    assert (a.status, a.error, a.applied_at) == ("failed", "slurm: Invalid job id specified", None)
+    # a later success clears the error
+    store.record_action("requeue:2", 2, "requeue", {}, "Tprof", 130, "applied")
+    (a,) = store.actions_for(2)
+    assert (a.status, a.error, a.applied_at) == ("applied", "", 130)
+
+
+def test_applied_keys_survive_a_restart(tmp_path):
+    url = f"sqlite:///{tmp_path / 'lucidd.db'}"
+    Store(url).create().record_action("requeue:9", 9, "requeue", {}, "Tprof", 1, "applied")
+    again = Store(url).create()
+    assert again.applied_keys(["requeue:9"]) == {"requeue:9"}
+
+
+def test_applied_keys_in_chunks(store):
+    for i in range(950):
+        store.record_action(f"sitefactor:{i}:7", i, "sitefactor", {"value": 7}, "", 1, "applied")
+    keys = [f"sitefactor:{i}:7" for i in range(1000)]
+    assert store.applied_keys(keys) == set(keys[:950])
+    assert store.applied_keys([]) == set()
+
+
+def test_recent_actions_newest_first(store):
+    for i in range(5):
+        store.record_action(f"k{i}", None, "close_inbox", {}, "", i, "applied")
+    assert [a.key for a in store.recent_actions(3)] == ["k4", "k3", "k2"]
+
+
+# ----- cycles: only the last N keep their recorded payload --------------------------------------
+
+def cycle(i, recorded=True):
+    return CycleRow(started_at=1000.0 + i, seconds=0.01, ok=True, jobs=i, actions=0, calls="{}",
+                    recorded=f'{{"cycle": {i}}}' if recorded else None)
+
+
+@pytest.mark.parametrize("keep", [0, 1, 3])
+def test_add_cycle_keeps_only_the_last_n_recorded(store, keep):
+    ids = [store.add_cycle(cycle(i), keep) for i in range(8)]
+    assert ids == sorted(ids) and len(set(ids)) == 8
+    rec = store.recorded_cycles()
+    assert [c.jobs for c in rec] == list(range(7, 7 - keep, -1))
+    assert [c.recorded for c in rec] == [f'{{"cycle": {i}}}' for i in range(7, 7 - keep, -1)]
+    assert len(store.last_cycles(100)) == 8  # the cycle rows stay, only the payload goes
+    assert [c.jobs for c in store.last_cycles(2)] == [7, 6]
+
+
+def test_add_cycle_counts_recorded_cycles_not_rows(store):
+    """The cutoff is by cycle id: N is 'the last N cycles' ([daemon] record_cycles), cycles without a
+    payload (failed ones) included."""
+    store.add_cycle(cycle(0), 2)
+    store.add_cycle(cycle(1, recorded=False), 2)
+    store.add_cycle(cycle(2), 2)
+    assert [c.jobs for c in store.recorded_cycles()] == [2]
+
+
+# ----- history ----------------------------------------------------------------------------------
+
+def hist(job_id, end, **kw):
+    row = dict(job_id=job_id, name=f"h{job_id}", user="bob", partition="main", gpus=2, submit_time=end - 500,
+               start_time=end - 400, end_time=end, duration=400, state="COMPLETED")
+    row.update(kw)
+    return row
+
+
+def test_history_add_query_prune(store):
+    store.add_history([hist(1, 1000), hist(2, 2000), hist(3, 3000)])
+    assert store.history_count() == 3
+    assert sorted(r.job_id for r in store.history(2000)) == [2, 3]
+    store.add_history([hist(2, 2000, duration=123, name='n "q" ✓')])  # same job again: updated, not doubled
+    assert store.history_count() == 3
+    (r,) = [r for r in store.history(0) if r.job_id == 2]
+    assert (r.duration, r.name) == (123, 'n "q" ✓')
+    store.prune_history(2000)  # strictly older goes
+    assert sorted(r.job_id for r in store.history(0)) == [2, 3]
+    store.prune_history(10 ** 10)
+    assert store.history_count() == 0
+
+
+def test_model_versions(store):
+    store.add_model_version("duration", 1, 100, "accepted", {"mae": 1.5})
+    store.add_model_version("duration", None, 200, "kept", {})
+    v = store.model_versions()
+    assert [(m.version, m.decision) for m in v] == [(0, "kept"), (1, "accepted")]
+    assert '"mae": 1.5' in v[1].detail
+
+
+# ----- errors and redaction ---------------------------------------------------------------------
+
+def test_unreachable_postgres_is_a_store_error_without_the_password():
+    pytest.importorskip("psycopg")
+    s = Store("postgresql+psycopg://lucidd:s3cret@127.0.0.1:1/lucidd", connect_timeout_s=1)
+    with pytest.raises(StoreError) as e:
+        s.create()
+    assert "s3cret" not in str(e.value) and "lucidd:***@127.0.0.1:1" in str(e.value)
+    with pytest.raises(StoreError):
+        s.ping()
+
+
+def test_bad_url_is_a_store_error():
+    with pytest.raises(StoreError):
+        Store("nosuchdialect://x/y")
+
+
+@pytest.mark.parametrize("url,expected", [
+    ("postgresql+psycopg://lucidd:s3cret@db/lucidd", "postgresql+psycopg://lucidd:***@db/lucidd"),
+    ("postgresql://u:p@ss:w@rd@db:5432/x", "postgresql://u:***@db:5432/x"),
+    ("postgresql://lucidd@db/lucidd", "postgresql://lucidd@db/lucidd"),
+    ("postgresql://:only@db/x", "postgresql://:***@db/x"),
+    ("sqlite:////var/lib/lucidd/lucidd.db", "sqlite:////var/lib/lucidd/lucidd.db"),
+    ("", ""),
+])
+def test_redact_hides_passwords(url, expected):
+    assert redact(url) == expected
+
+
+@pytest.mark.xfail(strict=True, reason="lead bug (minor): lucidd/live/store.py redact() only hides a password "
+                                       "in user:password@; a password given as a URL query parameter "
+                                       "(?password=..., which SQLAlchemy passes on to psycopg) is logged as is")
+def test_redact_hides_a_password_in_the_query():
+    assert "s3cret" not in redact("postgresql+psycopg://lucidd@db/lucidd?password=s3cret")
