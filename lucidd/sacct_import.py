@@ -58,7 +58,7 @@ UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", 
 
 #: columns of the written trace (lucidd's generic csv format; the last ones are ignored by the loader).
 TRACE_COLUMNS = ("job_id", "submit_time", "duration", "gpu_num", "cpu_num", "vc", "user", "name", "state",
-                 "start_time", "end_time", "account", "requeues", "gpus_recorded")
+                 "run_start", "run_end", "account", "requeues", "gpus_recorded")
 
 #: default window of `--live` without --start: the last 30 days.
 DEFAULT_LIVE_DAYS = 30
@@ -370,8 +370,8 @@ def sacct_json_to_trace(data: dict, *, source: str = "sacct --json", start: int 
         rows.append({
             "job_id": job_id, "submit_time": _iso(submit), "duration": int(run.end - run.start),
             "gpu_num": int(gpus), "cpu_num": int(run.cpus or last.cpus), "vc": vc, "user": last.user or first.user,
-            "name": last.name or first.name, "state": last.state, "start_time": _iso(run.start),
-            "end_time": _iso(run.end), "account": last.account, "requeues": len(g) - 1, "gpus_recorded": recorded,
+            "name": last.name or first.name, "state": last.state, "run_start": _iso(run.start),
+            "run_end": _iso(run.end), "account": last.account, "requeues": len(g) - 1, "gpus_recorded": recorded,
             "_submit": submit,
         })
     df = pd.DataFrame(rows, columns=[*TRACE_COLUMNS, "_submit"])

@@ -1,0 +1,356 @@
+"""`lucidctl import-sacct`: a cluster's own `sacct --json` history as a trace for `simulate`.
+
+The fixtures under tests/core/data/ are real output of the Slurm 22.05.8 test cluster
+(scripts/testcluster.sh, slurmdbd) captured read-only:
+
+* `sacct_2205_duplicates.json`: `sacct --json --allusers --duplicates --starttime 2026-01-01`
+* `sacct_2205.json`: the same without `--duplicates` (22.05's JSON lists every run either way)
+* `sacct_2205_lucidd.json`: the first command again a few minutes later, after the real-Slurm
+  tier had run lucidd on the cluster: 41 records, lucidd's own profiling requeues (jobs 14 and
+  22 from `profiling` to `main` with no partition asked, 15 and 23 to `research` with
+  `lucid:partition=research`), jobs that finished within Tprof in `profiling` (11-13, 19-21) and
+  `--exclusive` jobs that asked for 1-4 GPUs and were allocated the node's 8 (27-36)
+* `sinfo_2205.json`: `sinfo --json` (4 nodes of 8 GPUs; partitions inbox, profiling, main on
+  gpu[1-4], research on gpu[3-4])
+
+They hold 11 records: jobs 1-3 cancelled while pending in `inbox` (job 1 named with a double quote
+and a non-ASCII mark), jobs 4-7 (1, 2, 4, 8 GPUs) submitted to `profiling` directly, job 8 (16
+GPUs, 2 nodes) and 10 in `main`, and job 9 requeued from `profiling` to `research` (two records).
+Tests that need a case the cluster did not produce (an array, a reused id, ...) derive it from
+one of these real records and say so.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lucidd.cli import main
+from lucidd.sacct_import import (TRACE_COLUMNS, SacctImportError, parse_when, read_json_file, sacct_json_to_trace,
+                                 vc_config_from_sinfo)
+from lucidd.traces import load_trace
+
+DATA = Path(__file__).parent / "data"
+SACCT = DATA / "sacct_2205_duplicates.json"
+SACCT_NO_D = DATA / "sacct_2205.json"
+SACCT_LUCIDD = DATA / "sacct_2205_lucidd.json"
+SINFO = DATA / "sinfo_2205.json"
+
+FIRST_SUBMIT_9 = 1795457385  # job 9's first record (profiling); its second record says 1795457407
+
+
+def _data():
+    return json.loads(SACCT.read_text())
+
+
+def _rec(data, job_id, partition=None):
+    return next(r for r in data["jobs"] if r["job_id"] == job_id and (partition is None or r["partition"] == partition))
+
+
+def _only(data, *recs):
+    d = copy.deepcopy(data)
+    d["jobs"] = [copy.deepcopy(r) for r in recs]
+    return d
+
+
+# ----- the real output ------------------------------------------------------------------------
+
+def test_real_sacct_output_becomes_a_trace():
+    df, rep = sacct_json_to_trace(_data(), source="sacct.json")
+    assert list(df.columns) == list(TRACE_COLUMNS)
+    assert rep.records == 11
+    assert list(df["job_id"]) == ["4", "5", "6", "7", "8", "9", "10"]
+    assert rep.dropped == {"never started": 3}  # jobs 1-3, cancelled in the inbox
+    by = df.set_index("job_id")
+    assert by.loc["8", "gpu_num"] == 16 and by.loc["8", "cpu_num"] == 2 and by.loc["8", "vc"] == "main"
+    assert list(by.loc[["4", "5", "6", "7"], "gpu_num"]) == [1, 2, 4, 8]
+    assert by.loc["10", "duration"] == 30 and by.loc["10", "state"] == "COMPLETED"
+    assert (df["user"] == "root").all() and by.loc["9", "name"] == "long"
+    assert df["submit_time"].str.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$").all()
+    # requeued from profiling to research: one job, first submit, last run, last run's partition
+    assert rep.requeued == 1 and rep.extra_runs == 1
+    assert by.loc["9", "submit_time"] == pd.Timestamp(FIRST_SUBMIT_9, unit="s").strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert by.loc["9", "duration"] == 60  # the research run; the 20 s profiling run is not counted
+    assert by.loc["9", "vc"] == "research" and by.loc["9", "requeues"] == 1
+    # submitted straight to profiling, no lucid:partition= note: kept, and reported
+    assert rep.vc_lucid_left == {"profiling": 4}
+    assert any("--default-vc" in line for line in rep.lines())
+
+
+def test_22_05_json_lists_every_run_with_or_without_duplicates():
+    assert json.loads(SACCT_NO_D.read_text())["jobs"] == _data()["jobs"]
+
+
+def test_real_lucidd_profiling_requeues():
+    data = json.loads(SACCT_LUCIDD.read_text())
+    df, rep = sacct_json_to_trace(data)
+    assert rep.records == 41 and rep.dropped == {"never started": 3} and len(df) == 33
+    assert rep.requeued == 5 and rep.extra_runs == 5
+    by = df.set_index("job_id")
+    for jid, vc in (("14", "main"), ("22", "main"), ("15", "research"), ("23", "research"), ("9", "research")):
+        assert by.loc[jid, "vc"] == vc and by.loc[jid, "requeues"] == 1, jid
+    first = {r["job_id"]: r["time"]["submission"] for r in data["jobs"] if r["state"]["current"] == "REQUEUED"}
+    for jid in ("14", "15", "22", "23"):  # submit of the profiling run; duration of the run after it
+        assert by.loc[jid, "submit_time"] == pd.Timestamp(first[int(jid)], unit="s").strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert by.loc[jid, "duration"] == 20
+    # finished within Tprof, no partition asked: lucidd would have sent them to its default partition
+    assert rep.vc_lucid_left == {"profiling": 10}
+    df2, rep2 = sacct_json_to_trace(data, default_vc="main")
+    assert set(df2["vc"]) == {"main", "research"} and rep2.vc_default == 10 and not rep2.vc_lucid_left
+    # --exclusive: 1 GPU asked, the node's 8 allocated; the allocation is what the job held
+    assert by.loc["29", "gpu_num"] == 8 and by.loc["29", "name"] == "o1"
+
+
+def test_imported_trace_loads_with_load_trace(tmp_path):
+    df, _ = sacct_json_to_trace(_data())
+    path = tmp_path / "t.csv"
+    df.to_csv(path, index=False)
+    t = load_trace(path)
+    assert t.fmt == "csv" and len(t.jobs) == 7 and t.dropped == {}
+    assert t.origin == pd.Timestamp("2026-11-23", tz="UTC")
+    j = t.jobs.set_index("job_id")
+    assert j.loc["9", "submit_time"] == FIRST_SUBMIT_9 - int(pd.Timestamp("2026-11-23", tz="UTC").timestamp())
+    assert j.loc["9", "duration"] == 60 and j.loc["8", "gpu_num"] == 16 and j.loc["9", "vc"] == "research"
+    assert t.missing_inputs == ["workload"]
+
+
+def test_vc_config_from_real_sinfo():
+    df, _ = sacct_json_to_trace(_data())
+    cfg, notes = vc_config_from_sinfo(json.loads(SINFO.read_text()), df)
+    assert cfg.to_dict("records") == [{"vc": "main", "nodes": 4, "gpus_per_node": 8},
+                                      {"vc": "profiling", "nodes": 4, "gpus_per_node": 8},
+                                      {"vc": "research", "nodes": 2, "gpus_per_node": 8}]
+    assert any("more than one of these partitions" in n and "10 nodes for 4" in n for n in notes)
+
+
+def test_cli_import_then_simulate(tmp_path, capsys):
+    trace, vcs = tmp_path / "trace.csv", tmp_path / "vcs.csv"
+    rc = main(["import-sacct", "--json-file", str(SACCT), "--sinfo-json", str(SINFO), "--out", str(trace),
+               "--vc-config-out", str(vcs)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "7 jobs from 11 sacct records" in out and "3 never started" in out and "1 requeued job" in out
+    assert f"wrote 7 jobs to {trace} and 3 VCs to {vcs}" in out
+    for extra in ([], ["--vc-config", str(vcs)]):
+        sim = tmp_path / f"sim{len(extra)}"
+        rc = main(["simulate", "--trace", str(trace), "--format", "csv", "--policies", "fifo,sjf", "--no-plots",
+                   "--no-progress", "--out", str(sim), *extra])
+        assert rc == 0, capsys.readouterr()
+        s = pd.read_csv(sim / "summary.csv")
+        assert list(s["policy"]) == ["fifo", "sjf"] and (s["jobs"] == 7).all()
+    capsys.readouterr()
+
+
+def test_cli_json_report(tmp_path, capsys):
+    assert main(["--json", "import-sacct", "--json-file", str(SACCT), "--out", str(tmp_path / "t.csv")]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["jobs"] == 7 and d["dropped"] == {"never started": 3} and d["requeued"] == 1
+    assert d["vcs"] == {"main": 2, "profiling": 4, "research": 1} and d["vc_config"] is None
+
+
+# ----- rules, on records derived from the real ones ----------------------------------------------
+
+def test_lucidd_partitions_map_back_to_the_asked_partition():
+    data = _data()
+    asked = copy.deepcopy(_rec(data, 4))  # ended in profiling within Tprof; asked for research
+    asked["comment"]["administrator"] = "other note lucid:partition=research,main"
+    plain = _rec(data, 5)
+    df, rep = sacct_json_to_trace(_only(data, asked, plain))
+    assert dict(zip(df["job_id"], df["vc"])) == {"4": "research", "5": "profiling"}
+    assert rep.vc_from_request == 1 and rep.vc_lucid_left == {"profiling": 1}
+    df, rep = sacct_json_to_trace(_only(data, asked, plain), default_vc="main")
+    assert dict(zip(df["job_id"], df["vc"])) == {"4": "research", "5": "main"} and rep.vc_default == 1
+    df, _ = sacct_json_to_trace(_only(data, asked, plain), lucid_partitions=["inbox"])
+    assert set(df["vc"]) == {"profiling"}  # not lucidd's partition on this cluster: a VC like any other
+
+
+def test_requeued_job_cancelled_before_its_second_run():
+    data = _data()
+    first, second = copy.deepcopy(_rec(data, 9, "profiling")), copy.deepcopy(_rec(data, 9, "research"))
+    second["time"]["start"], second["state"]["current"], second["tres"]["allocated"] = None, "CANCELLED", []
+    df, rep = sacct_json_to_trace(_only(data, second, first))
+    (row,) = df.to_dict("records")
+    assert row["duration"] == 20 and row["state"] == "CANCELLED" and row["vc"] == "research"  # lucid:partition=
+    assert row["gpu_num"] == 1 and rep.requeued == 1
+
+
+def test_requeued_job_still_waiting_is_not_finished():
+    data = _data()
+    second = copy.deepcopy(_rec(data, 9, "research"))
+    second["time"].update(start=None, end=None)
+    second["state"]["current"] = "PENDING"
+    df, rep = sacct_json_to_trace(_only(data, _rec(data, 9, "profiling"), second, _rec(data, 10)))
+    assert list(df["job_id"]) == ["10"] and rep.dropped == {"not finished": 1}
+
+
+def test_reused_job_id_is_two_jobs():
+    data = _data()
+    later = copy.deepcopy(_rec(data, 4))
+    for k in ("submission", "eligible", "start", "end"):
+        later["time"][k] += 86400
+    df, rep = sacct_json_to_trace(_only(data, later, _rec(data, 4)))
+    assert list(df["job_id"]) == ["4", "4#2"] and rep.ids_reused == 1 and rep.requeued == 0
+
+
+def test_array_tasks_and_het_components_are_jobs():
+    data = _data()
+    tasks = []
+    for i, raw in enumerate((10, 11, 12)):
+        r = copy.deepcopy(_rec(data, 10))
+        r["job_id"] = raw
+        r["array"].update(job_id=10, task_id=i)
+        tasks.append(r)
+    het = copy.deepcopy(_rec(data, 8))
+    het["job_id"], het["het"] = 20, {"job_id": 20, "job_offset": 0}
+    df, _ = sacct_json_to_trace(_only(data, *tasks, het))
+    assert sorted(df["job_id"]) == ["10_0", "10_1", "10_2", "20+0"]
+
+
+def test_cpu_only_jobs_dropped_or_kept_as_one_gpu():
+    data = _data()
+    cpu = copy.deepcopy(_rec(data, 10))
+    for key in ("allocated", "requested"):
+        cpu["tres"][key] = [t for t in cpu["tres"][key] if t["type"] != "gres"]
+    df, rep = sacct_json_to_trace(_only(data, cpu, _rec(data, 5)))
+    assert list(df["job_id"]) == ["5"] and rep.dropped == {"cpu-only job": 1}
+    df, rep = sacct_json_to_trace(_only(data, cpu, _rec(data, 5)), keep_cpu_jobs=True)
+    by = df.set_index("job_id")
+    assert by.loc["10", "gpu_num"] == 1 and by.loc["10", "gpus_recorded"] == 0 and rep.cpu_jobs_kept == 1
+    df, rep = sacct_json_to_trace(_only(data, cpu))
+    assert len(df) == 0 and "AccountingStorageTRES=gres/gpu" in rep.notes[0]
+
+
+def test_gpus_from_requested_tres_when_none_allocated():
+    data = _data()
+    r = copy.deepcopy(_rec(data, 6))
+    r["tres"]["allocated"] = [t for t in r["tres"]["allocated"] if t["type"] != "gres"]
+    df, _ = sacct_json_to_trace(_only(data, r))
+    assert df["gpu_num"].tolist() == [4]
+
+
+def test_newer_slurm_value_shapes():
+    """23.x writes numbers as {"set", "infinite", "number"} and the state as a list of flags."""
+    data = _data()
+    r = copy.deepcopy(_rec(data, 10))
+    for k in ("submission", "start", "end"):
+        r["time"][k] = {"set": True, "infinite": False, "number": r["time"][k]}
+    r["state"]["current"] = ["COMPLETED"]
+    r["array"]["task_id"] = {"set": False, "infinite": False, "number": 0}
+    df, _ = sacct_json_to_trace(_only(data, r))
+    assert df[["job_id", "duration", "state"]].values.tolist() == [["10", 30, "COMPLETED"]]
+
+
+def test_slurmdbd_names_pass_through_unchanged(tmp_path):
+    """Job 1's name as slurmdbd stored it (`"` became a backtick); it never ran, so give it a run."""
+    data = _data()
+    r = copy.deepcopy(_rec(data, 1))
+    assert r["name"] == "x `dq` \u2713"
+    r["time"]["start"], r["time"]["end"] = r["time"]["submission"] + 1, r["time"]["submission"] + 5
+    r["tres"]["allocated"] = copy.deepcopy(_rec(data, 5)["tres"]["allocated"])
+    r["name"] = 'x `dq` ? a,b\n"c"'  # plus what CSV must quote
+    df, _ = sacct_json_to_trace(_only(data, r))
+    path = tmp_path / "t.csv"
+    df.to_csv(path, index=False)
+    assert load_trace(path).jobs["name"].tolist() == [r["name"]]
+
+
+def test_window_is_on_the_first_submit():
+    data = _data()
+    df, rep = sacct_json_to_trace(data, start=FIRST_SUBMIT_9, end=FIRST_SUBMIT_9 + 1)
+    assert len(df) == 7 and rep.dropped == {"outside window": 3}  # jobs 1-3 were submitted earlier
+    df, rep = sacct_json_to_trace(data, start=FIRST_SUBMIT_9 + 1)
+    assert len(df) == 0 and rep.dropped == {"outside window": 10}  # 11 records, job 9's two are one job
+
+
+def test_parse_when():
+    assert parse_when("2026-11-23T18:09:45Z", "--start") == FIRST_SUBMIT_9
+    assert parse_when("2026-11-23T19:09:45+01:00", "--start") == FIRST_SUBMIT_9
+    with pytest.raises(SacctImportError, match="--end soon: not a date/time"):
+        parse_when("soon", "--end")
+
+
+# ----- errors: one line naming the file ------------------------------------------------------
+
+@pytest.mark.parametrize("content,needle", [
+    ("", "empty file"),
+    ("  \n", "empty file"),
+    ('{"jobs": [', "not valid JSON (line 1"),
+    ("[1, 2]", "not `sacct --json` output (the JSON is a list"),
+    ('{"meta": {}, "errors": []}', "no 'jobs' list; top-level keys: meta, errors"),
+    ('{"jobs": [{"job_id": 1, "job_state": "RUNNING"}]}', "`squeue --json` output"),
+    ('{"jobs": [{"job_id": 1}]}', "a job record without a 'time' object"),
+    ('{"jobs": [], "errors": [{"error": "slurmdbd down"}]}', "sacct reported errors and no jobs"),
+    ('{"jobs": []}', "no jobs to write (0 sacct records"),
+])
+def test_bad_input_is_one_line_naming_the_file(tmp_path, capsys, content, needle):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    assert main(["import-sacct", "--json-file", str(bad), "--out", str(tmp_path / "t.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"lucidctl: error: {bad}: ") and needle in err and err.count("\n") == 1, err
+    assert not (tmp_path / "t.csv").exists()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--json-file", str(SINFO)], "looks like `sinfo --json` output"),
+    ([], "give one of --json-file FILE"),
+    (["--json-file", str(SACCT), "--live"], "not allowed with argument"),
+    (["--json-file", str(SACCT), "--vc-config-out", "v.csv"], "--vc-config-out needs --sinfo-json"),
+    (["--json-file", str(SACCT), "--sinfo-json", str(SACCT), "--vc-config-out", "v.csv"],
+     "not `sinfo --json` output (it looks like `sacct --json` output)"),
+    (["--json-file", str(SACCT), "--start", "2026-11-24"], "no jobs to write"),
+    (["--json-file", str(SACCT), "--start", "2026-11-24", "--end", "2026-11-23"], "must be after --start"),
+    (["--json-file", "/nonexistent/x.json"], "/nonexistent/x.json: file not found"),
+])
+def test_bad_arguments(tmp_path, capsys, monkeypatch, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    try:
+        rc = main(["import-sacct", *argv, "--out", "t.csv"])
+    except SystemExit as exc:  # argparse's own errors (same one-line contract)
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("lucidctl: error: ") and needle in err and err.count("\n") == 1, err
+
+
+# ----- the live cluster ------------------------------------------------------------------------
+
+try:  # the real-Slurm tier's session fixture: reuses a running test cluster, or starts one (as root)
+    from tests.slurm.conftest import slurm_cluster  # noqa: F401
+except ImportError:  # pragma: no cover - without the tier: use a cluster SLURM_CONF points at, or skip
+    @pytest.fixture(scope="session")
+    def slurm_cluster():
+        conf = os.environ.get("SLURM_CONF")
+        try:
+            ok = bool(conf) and subprocess.run(["sinfo", "-h"], capture_output=True, timeout=10).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if not ok:
+            pytest.skip("needs a reachable Slurm cluster (SLURM_CONF)")
+        return {"SLURM_CONF": conf}
+
+
+@pytest.mark.slurm
+def test_live_import_from_the_test_cluster(slurm_cluster, tmp_path, capsys):
+    trace, vcs = tmp_path / "live.csv", tmp_path / "vcs.csv"
+    rc = main(["import-sacct", "--live", "--start", "2000-01-01", "--out", str(trace), "--vc-config-out", str(vcs)])
+    cap = capsys.readouterr()
+    if rc == 2 and "no jobs to write" in cap.err:  # a fresh cluster with no finished GPU job yet
+        assert cap.err.startswith("lucidctl: error: sacct --json --starttime 2000-01-01T00:00:00")
+        return
+    assert rc == 0, cap.err
+    t = load_trace(trace, "csv")
+    assert len(t.jobs) >= 1 and (t.jobs["gpu_num"] >= 1).all()
+    # the same jobs as this test's own read of sacct (through the CLI's rules), give or take a job
+    # that finished in between
+    raw = json.loads(subprocess.run(["sacct", "--json", "--allusers", "--duplicates", "--starttime", "2000-01-01"],
+                                    capture_output=True, text=True, timeout=120, check=True).stdout)
+    direct, _ = sacct_json_to_trace(raw)
+    assert set(t.jobs["job_id"]) <= set(direct["job_id"])
+    cfg = pd.read_csv(vcs)
+    assert set(cfg["vc"]) == set(t.jobs["vc"]) and (cfg["gpus_per_node"] == 8).all()
