@@ -78,18 +78,22 @@ def _parser() -> argparse.ArgumentParser:
     im = sub.add_parser("import-sacct", help="turn this cluster's `sacct --json` history into a trace for simulate "
                                              "(docs/traces.md)")
     src = im.add_mutually_exclusive_group()
-    src.add_argument("--json-file", help="saved `sacct --json --allusers --duplicates ...` output")
+    src.add_argument("--json-file", metavar="FILE", help="saved `sacct --json --allusers --duplicates ...` output")
     src.add_argument("--live", action="store_true", help="run `sacct --json --allusers --duplicates` now")
-    im.add_argument("--start", help="only jobs submitted at/after this date/time (local time, as sacct; "
-                                    "--live default: 30 days before --end)")
-    im.add_argument("--end", help="only jobs submitted before this date/time (--live default: now)")
-    im.add_argument("--sinfo-json", help="saved `sinfo --json` output, for --vc-config-out (--live reads sinfo itself)")
-    im.add_argument("--out", required=True, help="the trace CSV to write (lucidd's csv format)")
-    im.add_argument("--vc-config-out", help="also write a VC config CSV (vc,nodes,gpus_per_node) from sinfo")
-    im.add_argument("--keep-cpu-jobs", action="store_true", help="keep jobs without GPUs, as 1-GPU jobs "
-                                                                 "(default: dropped and counted)")
-    im.add_argument("--default-vc", help="VC of jobs that ran only in lucidd's partitions with no recorded request")
-    im.add_argument("--lucid-partitions", help="lucidd's own partitions, never a VC (default: inbox,profiling)")
+    im.add_argument("--start", metavar="DATE", help="only jobs submitted at/after this date/time (local time, as "
+                                                    "sacct; --live default: 30 days before --end)")
+    im.add_argument("--end", metavar="DATE", help="only jobs submitted before this date/time (--live default: now)")
+    im.add_argument("--sinfo-json", metavar="FILE",
+                    help="saved `sinfo --json` output, for --vc-config-out (--live reads sinfo itself)")
+    im.add_argument("--out", required=True, metavar="FILE", help="the trace CSV to write (lucidd's csv format)")
+    im.add_argument("--vc-config-out", metavar="FILE",
+                    help="also write a VC config CSV (vc,nodes,gpus_per_node) from sinfo")
+    im.add_argument("--keep-cpu-jobs", action="store_true",
+                    help="keep jobs without GPUs, as 1-GPU jobs (default: dropped and counted)")
+    im.add_argument("--default-vc", metavar="NAME",
+                    help="VC of jobs that ran only in lucidd's partitions with no recorded request")
+    im.add_argument("--lucid-partitions", metavar="LIST",
+                    help="lucidd's own partitions, never a VC (default: inbox,profiling)")
     return p
 
 
