@@ -5,10 +5,9 @@ annotation data is used. The result is written in lucidd's generic ``csv`` trace
 docs/traces.md) with every optional column filled, together with an artifact-style VC
 configuration (``,num`` header; one row per VC: name, number of 8-GPU nodes).
 
-Regenerate the committed files with::
-
-    python -m lucidd.sample            # writes lucidd/data/sample_trace.csv, sample_vc_config.csv
-    python -m lucidd.sample --out DIR  # somewhere else
+Write a copy with ``python -m lucidd.sample --out DIR`` (``--out`` is required, so the bundled
+sample is never overwritten by accident). Regenerate the committed files, from the repository
+root, with ``python -m lucidd.sample --out lucidd/data``.
 
 What the sample looks like (seed 7):
 
@@ -313,9 +312,10 @@ def sample_vc_config() -> pd.DataFrame:
     return pd.DataFrame({"num": list(SAMPLE_VCS.values())}, index=list(SAMPLE_VCS))
 
 
-def write_sample(out_dir=None, seed: int = 7) -> tuple[pathlib.Path, pathlib.Path]:
-    """Write sample_trace.csv and sample_vc_config.csv to out_dir (default: lucidd/data)."""
-    out = pathlib.Path(out_dir) if out_dir is not None else pathlib.Path(__file__).resolve().parent / "data"
+def write_sample(out_dir, seed: int = 7) -> tuple[pathlib.Path, pathlib.Path]:
+    """Write sample_trace.csv and sample_vc_config.csv to out_dir (the bundled copies live in
+    lucidd/data)."""
+    out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "sample_trace.csv"
     vcs = out / "sample_vc_config.csv"
@@ -326,10 +326,15 @@ def write_sample(out_dir=None, seed: int = 7) -> tuple[pathlib.Path, pathlib.Pat
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lucidd.sample", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=None, help="output folder (default: the package's data folder)")
-    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--out", required=True,
+                    help="output folder (required; the bundled sample is lucidd/data, regenerate it with "
+                         "--out lucidd/data from the repository root)")
+    ap.add_argument("--seed", type=int, default=7, help="random seed (default 7: the bundled sample)")
     args = ap.parse_args(argv)
-    trace, vcs = write_sample(args.out, args.seed)
+    try:
+        trace, vcs = write_sample(args.out, args.seed)
+    except OSError as exc:
+        ap.exit(2, f"{ap.prog}: error: --out {args.out}: cannot write there ({exc.strerror or exc})\n")
     df = pd.read_csv(trace)
     print(f"wrote {trace} ({len(df)} jobs) and {vcs}")
     return 0
