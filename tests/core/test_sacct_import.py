@@ -304,8 +304,8 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path, capsys, content, needle
     (["--json-file", str(SACCT), "--vc-config-out", "v.csv"], "--vc-config-out needs --sinfo-json"),
     (["--json-file", str(SACCT), "--sinfo-json", str(SACCT), "--vc-config-out", "v.csv"],
      "not `sinfo --json` output (it looks like `sacct --json` output)"),
-    (["--json-file", str(SACCT), "--start", "2026-11-24"], "no jobs to write"),
-    (["--json-file", str(SACCT), "--start", "2026-11-24", "--end", "2026-11-23"], "must be after --start"),
+    (["--json-file", str(SACCT), "--start", "2026-12-01"], "no jobs to write"),
+    (["--json-file", str(SACCT), "--start", "2026-12-01", "--end", "2026-11-30"], "must be after --start"),
     (["--json-file", "/nonexistent/x.json"], "/nonexistent/x.json: file not found"),
 ])
 def test_bad_arguments(tmp_path, capsys, monkeypatch, argv, needle):
@@ -316,6 +316,35 @@ def test_bad_arguments(tmp_path, capsys, monkeypatch, argv, needle):
         rc = exc.code
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("lucidctl: error: ") and needle in err and err.count("\n") == 1, err
+
+
+class _FakeRunner:
+    """Stands in for SlurmRunner: --live must go through it (argv lists, never a shell)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def run_json(self, argv):
+        self.calls.append(argv)
+        return json.loads((SACCT if argv[0] == "sacct" else SINFO).read_text())
+
+
+def test_live_goes_through_slurm_runner(tmp_path, capsys):
+    from argparse import Namespace
+
+    from lucidd.sacct_import import cmd_import_sacct
+
+    runner = _FakeRunner()
+    args = Namespace(json_file=None, live=True, start="2026-11-01T00:00:00Z", end="2026-12-01T00:00:00Z",
+                     sinfo_json=None, out=str(tmp_path / "t.csv"), vc_config_out=str(tmp_path / "v.csv"),
+                     keep_cpu_jobs=False, default_vc="main", lucid_partitions=None, json=False)
+    assert cmd_import_sacct(args, runner=runner) == 0
+    sacct, sinfo = runner.calls
+    assert sacct[:4] == ["sacct", "--json", "--allusers", "--duplicates"]
+    assert sacct[4] == "--starttime" and sacct[6] == "--endtime" and sinfo == ["sinfo", "--json"]
+    assert len(pd.read_csv(tmp_path / "t.csv")) == 7 and set(pd.read_csv(tmp_path / "v.csv")["vc"]) == {
+        "main", "research"}
+    assert "sacct --json --starttime" in capsys.readouterr().out
 
 
 # ----- the live cluster ------------------------------------------------------------------------
