@@ -7,16 +7,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
 
 from . import __version__
-from .errors import LucidError
+from .errors import ConfigError, LucidError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error contract: one line `lucidctl: error: ...`, exit status 2."""
+
+    def error(self, message):
+        sub = self.prog.split(" ", 1)[1] + " " if " " in self.prog else ""
+        self.exit(2, f"lucidctl: error: {message} (see `lucidctl {sub}--help`)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lucidctl", description="Admin CLI of lucidd, the Lucid GPU scheduler for Slurm.")
+    p = _Parser(prog="lucidctl", description="Admin CLI of lucidd, the Lucid GPU scheduler for Slurm.")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema in docs/cli.md)")
     p.add_argument("--version", action="version", version=f"lucidctl {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -27,23 +36,27 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--vc-config", help="VC config CSV (VC name, node count); default: bundled one for the sample, "
                                        "else sized from the trace (docs/simulator.md)")
     s.add_argument("--policies", default=None,
-                   help="comma-separated policies (default: all known); e.g. fifo,sjf,qssf,srtf,tiresias")
+                   help="comma-separated policies (default: the baselines and lucid); e.g. tiresias,lucid or "
+                        "fifo,sjf,qssf,srtf,tiresias,lucid")
     s.add_argument("--out", default="sim-out", help="output directory (default: ./sim-out)")
     s.add_argument("--start", help="only jobs submitted at/after this (seconds since trace origin, or a date)")
     s.add_argument("--end", help="only jobs submitted before this (seconds since trace origin, or a date)")
     s.add_argument("--no-prior", action="store_true",
                    help="with --start: do not train Lucid's models on the jobs submitted before the window")
     s.add_argument("--nodes", type=int, help="without --vc-config: one VC of this many nodes for all jobs")
-    s.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    s.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8; 1-64)")
     s.add_argument("--estimates", help="CSV of duration estimates for QSSF (job_id,estimate_s; or the artifact's job_id,priority)")
     lucid = s.add_argument_group("Lucid policy (docs/lucid.md)")
     lucid.add_argument("--colocation", help="co-location measurement table (pair speeds) for packing labels and shared progress")
     lucid.add_argument("--profiles", help="per-workload profile table (model,dataset,batchsize,amp,gpu_util,gmem_util,gmem)")
-    lucid.add_argument("--tprof", type=int, help="profiler time limit Tprof in seconds (default 200)")
-    lucid.add_argument("--cprof", type=int, help="profiling partition nodes Cprof (default ~1.5%% of nodes, at least 1)")
-    lucid.add_argument("--nprof", type=int, help="largest job (GPUs) that is profiled, Nprof (default 8)")
-    lucid.add_argument("--gss", type=int, help="GPU sharing score budget GSS (default 2; 0 disables packing)")
-    lucid.add_argument("--starvation-s", type=int, help="wait after which a job jumps the queue (default 345600 = 96 h)")
+    lucid.add_argument("--tprof", type=int, help="profiler time limit Tprof in seconds (default 200; >= 1)")
+    lucid.add_argument("--cprof", type=int, help="profiling partition nodes Cprof (default ~1.5%% of nodes, at least 1; "
+                                                 "0: no profiler; fewer than the cluster's nodes)")
+    lucid.add_argument("--nprof", type=int, help="largest job (GPUs) that is profiled, Nprof (default 8; 1 to the "
+                                                 "profiling partition's GPUs)")
+    lucid.add_argument("--gss", type=int, help="GPU sharing score budget GSS (default 2; 0 disables packing; 0-4)")
+    lucid.add_argument("--starvation-s", type=int,
+                       help="wait after which a job jumps the queue (default 345600 = 96 h; >= 1)")
     lucid.add_argument("--aging-halflife-s", type=int,
                        help="a waiting job's priority value (estimate x GPUs) halves every this many seconds "
                             "(default 172800 = 48 h; 0: no aging)")
@@ -54,8 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("status", help="daemon status (needs a running lucidd)")
     sub.add_parser("queue", help="pending jobs in lucidd's order (needs a running lucidd)")
     e = sub.add_parser("explain", help="explain a decision: `explain job ID`")
-    e.add_argument("what", choices=["job"])
-    e.add_argument("id")
+    e.add_argument("what", choices=["job"], metavar="job", help="what to explain (only `job` so far)")
+    e.add_argument("id", metavar="ID", help="the job id, as in the trace")
     e.add_argument("--sim-out", help="explain a job of a simulation output directory instead of the live daemon")
 
     t = sub.add_parser("tune", help="propose Lucid parameters by replaying recent history (changes nothing)")
@@ -63,12 +76,13 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--format", choices=["helios", "venus", "philly", "csv"], help="trace format (default: detect)")
     t.add_argument("--vc-config", help="the cluster as it is now (VC name, node count); default: sized from the history")
     t.add_argument("--nodes", type=int, help="without --vc-config: one VC of this many nodes")
-    t.add_argument("--gpus-per-node", type=int, default=8)
+    t.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8; 1-64)")
     t.add_argument("--start", help="replay jobs submitted at/after this (earlier jobs only train the models)")
     t.add_argument("--end", help="replay jobs submitted before this")
     t.add_argument("--reference", default="tiresias", help="the policy to beat without a worse tail (default tiresias)")
-    t.add_argument("--tail-slack", type=float, default=0.0, help="allowed relative excess of p99.9/avg queue over the reference")
-    t.add_argument("--workers", type=int, help="parallel replays (default: up to 4 CPUs)")
+    t.add_argument("--tail-slack", type=float, default=0.0,
+                   help="allowed relative excess of p99.9/avg queue over the reference (default 0.0; e.g. 0.05 = 5%%)")
+    t.add_argument("--workers", type=int, help="parallel replays (default: up to 4 CPUs; >= 1)")
     t.add_argument("--out", default="tune-out", help="where proposal.json and tuning_points.csv go (default ./tune-out)")
     for flag in ("--colocation", "--profiles"):
         t.add_argument(flag, help="as for simulate")
@@ -99,9 +113,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.command is None:
         _parser().print_help()
         return 2
+    from models.base import ModelError
+
     try:
         if args.command == "simulate":
             return cmd_simulate(args)
@@ -115,14 +132,134 @@ def main(argv=None) -> int:
             from .sacct_import import cmd_import_sacct
 
             return cmd_import_sacct(args)
-        raise LucidError(f"'{args.command}' talks to the lucidd daemon, which arrives with the live-cluster issue; "
-                         "use `lucidctl simulate` meanwhile")
-    except LucidError as exc:
-        print(f"lucidctl: error: {exc}", file=sys.stderr)
+        raise LucidError(f"'{args.command}' needs a running lucidd daemon (lucidd --config FILE); see docs/deploy.md. "
+                         "For a simulated job: `lucidctl explain job ID --sim-out DIR`")
+    except (LucidError, ModelError) as exc:
+        print(f"lucidctl: error: {_cli_words(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("lucidctl: interrupted", file=sys.stderr)
         return 130
+
+
+def _cli_words(message: str) -> str:
+    """An error from the Python API, in the CLI's words (flags, not keyword arguments), on one line."""
+    from .traces import SKIP_HINT_API, SKIP_HINT_CLI
+
+    return " ".join(message.replace(SKIP_HINT_API, SKIP_HINT_CLI).split())
+
+
+# ----- argument checks: all before any trace is read or any replay starts -----------------------
+
+def _check_int(args, name: str, lo: int | None = None, hi: int | None = None, what: str = "") -> None:
+    v = getattr(args, name, None)
+    if v is None:
+        return
+    flag = "--" + name.replace("_", "-")
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        if hi is None:
+            rng = f"at least {lo}"
+        elif lo is None:
+            rng = f"at most {hi}"
+        else:
+            rng = f"from {lo} to {hi}"
+        raise ConfigError(f"{flag} {v}: must be {rng}{what}")
+
+
+def _check_table(path, flag: str, layouts: list[tuple[str, tuple]]) -> None:
+    """A CSV file given by a flag exists and its header has the columns of one of `layouts`."""
+    import pandas as pd
+
+    if not os.path.isfile(path):
+        raise ConfigError(f"{flag} {path}: " + ("is a directory, not a CSV file" if os.path.isdir(path)
+                                                else "file not found"))
+    try:
+        cols = {str(c).strip() for c in pd.read_csv(path, nrows=0).columns}
+    except Exception as exc:  # noqa: BLE001 -- any unreadable or non-CSV file
+        raise ConfigError(f"{flag} {path}: cannot read it as CSV ({' '.join(str(exc).split()) or type(exc).__name__})") \
+            from None
+    best = None
+    for name, needed in layouts:
+        missing = [c for c in needed if c not in cols]
+        if not missing:
+            return
+        if best is None or len(missing) < len(best[1]):
+            best = (name, missing)
+    name, missing = best
+    raise ConfigError(f"{flag} {path}: column '{missing[0]}' is missing"
+                      + (f" (and {', '.join(missing[1:])})" if len(missing) > 1 else "")
+                      + f" for the {name} layout (docs/models-packing-throughput.md)")
+
+
+def _check_args(args) -> None:
+    """Range and consistency checks of every flag: one line naming the flag, before any work."""
+    from .experiment import known_policies
+
+    _check_int(args, "nodes", lo=1, what=" (nodes in the one VC)")
+    _check_int(args, "gpus_per_node", lo=1, hi=64)
+    _check_int(args, "tprof", lo=1, what=" second(s)")
+    _check_int(args, "cprof", lo=0, what=" (0: no profiling partition)")
+    _check_int(args, "nprof", lo=1, what=" GPU(s)")
+    _check_int(args, "gss", lo=0, hi=4, what=" (sharing scores are 0-2, so a pair sums to 0-4)")
+    _check_int(args, "starvation_s", lo=1, what=" second(s)")
+    _check_int(args, "aging_halflife_s", lo=0, what=" second(s) (0: no aging)")
+    _check_int(args, "workers", lo=1)
+    if args.nodes is not None and args.vc_config:
+        raise ConfigError(f"--nodes {args.nodes} and --vc-config {args.vc_config}: give one of them "
+                          "(--nodes makes one VC of that many nodes, --vc-config lists the VCs)")
+    slack = getattr(args, "tail_slack", None)
+    if slack is not None and not (math.isfinite(slack) and 0 <= slack <= 10):
+        raise ConfigError(f"--tail-slack {slack}: must be from 0 to 10 (a fraction: 0.05 allows 5 % more "
+                          "p99.9 and average queueing than the reference)")
+    known = known_policies()
+    reference = getattr(args, "reference", None)
+    if reference is not None and reference not in known:
+        raise ConfigError(f"--reference {reference}: unknown policy; known: {', '.join(known)}")
+    if args.trace != "sample" and not os.path.exists(args.trace):
+        raise ConfigError(f"--trace {args.trace}: file not found")
+    if getattr(args, "estimates", None) and not os.path.isfile(args.estimates):
+        raise ConfigError(f"--estimates {args.estimates}: file not found")
+    if args.vc_config and not os.path.isfile(args.vc_config):
+        raise ConfigError(f"--vc-config {args.vc_config}: file not found")
+    if args.colocation:
+        from models.packing import WORKLOAD_KEY
+
+        _check_table(args.colocation, "--colocation", [
+            ("pair", tuple(f"{c}{i}" for i in (1, 2) for c in (*WORKLOAD_KEY, "speed"))),
+            ("long", (*WORKLOAD_KEY, "coloc_speed"))])
+    if args.profiles:
+        from models.packing import FEATURES, WORKLOAD_KEY
+
+        _check_table(args.profiles, "--profiles",
+                     [("profile", tuple(dict.fromkeys((*WORKLOAD_KEY, *FEATURES))))])
+
+
+def _check_cluster_args(args, exp) -> None:
+    """Checks that need the cluster (built from the trace in a second or two, before any replay)."""
+    from orchestrator.simulation import option_defaults
+    from profiler.lgf import carve_profiling_nodes
+
+    defaults = option_defaults(exp.spec)
+    cprof = defaults["cprof"] if args.cprof is None else args.cprof
+    nprof = defaults["nprof"] if args.nprof is None else args.nprof
+    given = "" if args.cprof is not None else " (the default for this cluster)"
+    if cprof > 0:
+        try:
+            carve_profiling_nodes(exp.spec, cprof, exp.trace)
+        except ValueError:
+            if args.cprof is not None:
+                raise ConfigError(f"--cprof {cprof}: the cluster ({exp.spec.total_nodes} nodes in {len(exp.spec.vcs)} "
+                                  f"VCs) cannot give {cprof} profiling node(s) without leaving a VC too small for its "
+                                  "largest job; give fewer (0: no profiler)") from None
+        gpus = cprof * next(iter(exp.spec.vcs.values())).gpus_per_node
+        if nprof > gpus:
+            raise ConfigError(f"--nprof {nprof}{'' if args.nprof is not None else ' (default)'}: larger than the "
+                              f"profiling partition's {gpus} GPUs (--cprof {cprof}{given}); give --nprof {gpus} "
+                              "or less, or a larger --cprof")
+
+
+def _cluster_words(spec) -> str:
+    return f"{len(spec.vcs)} VC{'s' if len(spec.vcs) != 1 else ''}, {spec.total_nodes} nodes, {spec.total_gpus} GPUs"
 
 
 def _experiment_from_args(args, what: str):
@@ -134,7 +271,8 @@ def _experiment_from_args(args, what: str):
     trace_path, vc_config = args.trace, args.vc_config
     if trace_path == "sample":
         trace_path = sample_trace_path()
-        vc_config = vc_config or sample_vc_config_path()
+        if args.nodes is None:  # --nodes replaces the sample's own VCs
+            vc_config = vc_config or sample_vc_config_path()
     skip_bad = getattr(args, "skip_bad_rows", False)
     loaded = load_trace(trace_path, args.format, start=args.start, end=args.end, skip_bad_rows=skip_bad)
     if len(loaded.jobs) == 0:
@@ -146,21 +284,30 @@ def _experiment_from_args(args, what: str):
                           estimates_path=getattr(args, "estimates", None), prior=prior)
     exp.options.update({k: getattr(args, k) for k in ("colocation", "profiles", "tprof", "cprof", "nprof", "gss",
                                                        "starvation_s", "aging_halflife_s")})
+    _check_cluster_args(args, exp)
     return loaded, exp
 
 
 def cmd_simulate(args) -> int:
     from .experiment import DEFAULT_POLICIES, known_policies, progress_bar, write_results
     from .metrics import format_table
+    from .outdir import OutputDir
 
     known = known_policies()
-    if args.policies:
+    if args.policies is not None:
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
         unknown = [p for p in policies if p not in known]
         if unknown:
-            raise LucidError(f"unknown policy {', '.join(unknown)}; known: {', '.join(known)}")
+            raise ConfigError(f"--policies: unknown policy {', '.join(unknown)}; known: {', '.join(known)}")
+        if not policies:
+            raise ConfigError(f"--policies {args.policies!r}: names no policy; known: {', '.join(known)}")
+        twice = sorted({p for p in policies if policies.count(p) > 1})
+        if twice:
+            raise ConfigError(f"--policies: {', '.join(twice)} listed twice")
     else:
         policies = [p for p in known if p in DEFAULT_POLICIES or p == "lucid"]
+    _check_args(args)
+    out = OutputDir.prepare(args.out, "simulate")
     loaded, exp = _experiment_from_args(args, "simulate")
     if not args.json:
         print(loaded.report())
@@ -171,17 +318,23 @@ def cmd_simulate(args) -> int:
         with progress_bar(len(exp.trace), policy, enabled=not args.no_progress) as bar:
             results.append(exp.run(policy, on_progress=bar.update))
         timings[policy] = time.perf_counter() - t0
-    summary = write_results(results, args.out, plots=not args.no_plots)
+    out.clear()  # an earlier run's files: never mixed with this run's
+    title = f"{os.path.basename(loaded.path)}: {len(exp.trace):,} jobs on {_cluster_words(exp.spec)}"
+    summary = write_results(results, args.out, plots=not args.no_plots, title=title)
     if any(p.startswith("lucid") for p in policies):  # the models behind `lucidctl explain job ID --sim-out`
         from orchestrator.artifacts import save_models
 
         save_models(exp, args.out)
+    manifest = out.finish({"trace": loaded.path, "format": loaded.fmt, "jobs": int(len(exp.trace)),
+                           "cluster": exp.spec.describe(), "policies": policies,
+                           "argv": getattr(args, "argv", None)})
     if args.json:
         print(json.dumps({
             "trace": loaded.path, "format": loaded.fmt, "jobs": int(len(exp.trace)), "dropped": loaded.dropped,
             "cluster": {k: {"nodes": v.nodes, "gpus_per_node": v.gpus_per_node} for k, v in exp.spec.vcs.items()},
             "out": os.path.abspath(args.out), "summary": summary.to_dict("records"),
             "seconds": {k: round(v, 3) for k, v in timings.items()}, "notes": exp.notes,
+            "manifest": os.path.abspath(manifest),
         }, indent=2, default=str))
     else:
         for note in exp.notes:
@@ -189,24 +342,39 @@ def cmd_simulate(args) -> int:
         print()
         print(format_table(summary.to_dict("records")))
         print()
-        print(f"wrote {os.path.join(args.out, 'summary.csv')} and jobs_<policy>.csv"
-              + ("" if args.no_plots else ", jct_cdf.png, timeline.png") + f" to {args.out}/")
+        print(f"wrote summary.csv, jobs_<policy>.csv"
+              + ("" if args.no_plots else ", jct_cdf.png, timeline.png")
+              + (", models/" if any(p.startswith("lucid") for p in policies) else "")
+              + f" and manifest.json to {args.out}/")
     return 0
 
 
 def cmd_tune(args) -> int:
     from orchestrator.tuner import Tuner, format_proposal, write_proposal
 
-    _, exp = _experiment_from_args(args, "replay")
+    from .outdir import OutputDir
+
+    _check_args(args)
+    out = OutputDir.prepare(args.out, "tune")
+    loaded, exp = _experiment_from_args(args, "replay")
+    if not args.json:
+        print(f"replaying {loaded.report()}")
+        print(f"cluster: {exp.spec.describe()}")
+        print(flush=True)
     log = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
     proposal = Tuner(exp, reference_policy=args.reference, tail_slack=args.tail_slack, workers=args.workers,
                      log=log).run()
+    proposal.context = {"trace": loaded.path, "format": loaded.fmt, "jobs": int(len(exp.trace)),
+                        "window": {"start": args.start, "end": args.end}, "cluster": exp.spec.describe()}
+    out.clear()
     d = write_proposal(proposal, args.out)
+    out.finish({"trace": loaded.path, "format": loaded.fmt, "jobs": int(len(exp.trace)),
+                "cluster": exp.spec.describe(), "argv": getattr(args, "argv", None)})
     if args.json:
         print(json.dumps(d, indent=2, default=float))
     else:
         print(format_proposal(proposal))
-        print(f"wrote {os.path.join(args.out, 'proposal.json')} and tuning_points.csv")
+        print(f"wrote proposal.json, tuning_points.csv and manifest.json to {args.out}/")
     return 0
 
 

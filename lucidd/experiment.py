@@ -108,7 +108,9 @@ def make_experiment(loaded, vc_config=None, nodes=None, gpus_per_node=8, estimat
                       prior=prior_jobs if prior_jobs is not None and len(prior_jobs) else None)
 
 
-def write_results(results: list[SimulationResult], out_dir, plots: bool = True) -> pd.DataFrame:
+def write_results(results: list[SimulationResult], out_dir, plots: bool = True, title: str | None = None) -> pd.DataFrame:
+    """summary.csv, jobs_<policy>.csv and (with `plots`) the two PNGs, `title` (the trace and the
+    cluster) in their titles."""
     os.makedirs(out_dir, exist_ok=True)
     rows = []
     for r in results:
@@ -123,8 +125,8 @@ def write_results(results: list[SimulationResult], out_dir, plots: bool = True) 
     if plots and results:
         from .plots import plot_jct_cdf, plot_timeline
 
-        plot_jct_cdf(results, os.path.join(out_dir, "jct_cdf.png"))
-        plot_timeline(results, os.path.join(out_dir, "timeline.png"))
+        plot_jct_cdf(results, os.path.join(out_dir, "jct_cdf.png"), title=title)
+        plot_timeline(results, os.path.join(out_dir, "timeline.png"), title=title)
     return summary
 
 

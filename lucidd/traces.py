@@ -124,8 +124,16 @@ class LoadedTrace:
                 f"{self.jobs['gpu_num'].mul(self.jobs['duration']).sum() / 3600:.0f} GPU-hours"
             )
         if self.missing_inputs:
-            lines.append("not in the file: " + ", ".join(self.missing_inputs))
+            lines.append("optional columns not in the file (fine, nothing is dropped): "
+                         + "; ".join(f"{m} ({_MISSING_MEANS.get(m, 'not used')})" for m in self.missing_inputs))
         return "\n".join(lines)
+
+
+_MISSING_MEANS = {
+    "user": "duration estimates do without per-user history",
+    "name": "duration estimates do without job-name similarity",
+    "workload": "no GPU utilisation/memory columns, so Lucid packs no jobs onto shared GPUs",
+}
 
 
 def _fmt_ts(ts: pd.Timestamp) -> str:
@@ -224,17 +232,29 @@ def detect_format(path) -> str:
     cols = _read_header(path)
     fmt = _detect_from_columns(cols)
     if fmt is None:
-        shown = ", ".join(cols[:20]) + (", ..." if len(cols) > 20 else "")
+        shown = ", ".join(cols[:12]) + (f", ... ({len(cols)} columns)" if len(cols) > 12 else "")
+        name, missing = _closest_format(cols)
         raise TraceError(
             path,
-            "unrecognised trace format: the header has columns [" + shown + "]; expected one of: "
-            "venus (" + ",".join(_VENUS_REQUIRED + WORKLOAD_COLUMNS) + "), "
-            "helios (" + ",".join(_HELIOS_REQUIRED + _HELIOS_SIGNATURE) + "), "
-            "philly (" + ",".join(_PHILLY_REQUIRED) + "), "
-            "csv (at least " + ",".join(_CSV_REQUIRED) + "; see docs/traces.md)",
-            row=1,
+            f"unrecognised trace format: missing column{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(repr(m) for m in missing)} for the closest format, {name} (the header has {shown}; "
+            "the formats and their columns: docs/traces.md)",
+            row=1, column=missing[0],
         )
     return fmt
+
+
+def _closest_format(cols) -> tuple[str, list[str]]:
+    """The format whose required columns the header misses fewest of (ties: the generic csv
+    first), and those missing columns."""
+    s = set(cols)
+    needs = [("csv", _CSV_REQUIRED), ("philly", _PHILLY_REQUIRED), ("venus", _VENUS_REQUIRED + WORKLOAD_COLUMNS),
+             ("helios", _HELIOS_REQUIRED + _HELIOS_SIGNATURE)]
+    ranked = sorted(needs, key=lambda fn: (len([c for c in fn[1] if c not in s]) / len(fn[1]),
+                                           len([c for c in fn[1] if c not in s])))
+    name, required = ranked[0]
+    missing = [c for c in required if c not in s]
+    return name, missing or list(required[:1])
 
 
 def _detect_from_columns(cols) -> str | None:
@@ -349,7 +369,10 @@ def _read_rows_slow(path: pathlib.Path, skip_bad_rows: bool, kw: dict):
     return df, np.asarray(lines, dtype=np.int64), n_bad
 
 
-_SKIP_HINT = " (fix the file, or load it with skip_bad_rows=True / --skip-bad-rows to drop such rows)"
+# How to get past a bad row, in the Python API's words; `lucidctl` swaps in its flag (SKIP_HINT_CLI).
+SKIP_HINT_API = " (fix the file, or load it with skip_bad_rows=True to drop such rows)"
+SKIP_HINT_CLI = " (fix the file, or pass --skip-bad-rows to drop such rows and count them)"
+_SKIP_HINT = SKIP_HINT_API
 
 
 # --------------------------------------------------------------------------------------------

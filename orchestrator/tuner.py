@@ -79,6 +79,7 @@ class Proposal:
     reasons: list
     points: list  # every simulated (params, metrics)
     curves: dict  # param -> list of {value, raw metrics, smoothed metrics, feasible}
+    context: dict = field(default_factory=dict)  # what was replayed: trace, format, jobs, window, cluster
 
     @property
     def jct_gain(self) -> float:
@@ -202,7 +203,8 @@ class Tuner:
                     pick = cand["avg_jct_s"].min()
                     choices = [param.grid[i] for i in cand.index if cand["avg_jct_s"][i] <= pick * (1 + 1e-9)]
                     chosen = best[param.name] if best[param.name] in choices else choices[0]
-                    why = (f"{param.name}={chosen}: lowest smoothed avg JCT ({pick:,.0f} s) among the "
+                    i = param.grid.index(chosen)
+                    why = (f"{param.name}={chosen}: lowest avg JCT ({_jct_words(table, smooth, i)}) among the "
                            f"{int(ok.sum())}/{len(param.grid)} values whose p99.9 and average queueing delay are no "
                            f"worse than {self.reference_policy}'s")
                 else:
@@ -215,7 +217,7 @@ class Tuner:
                     chosen = param.grid[i]
                     why = (f"{param.name}={chosen}: no value keeps p99.9 and average queueing within "
                            f"{self.reference_policy}'s; picked the smallest excess ({excess[i]:.1%}), then the "
-                           f"lowest avg JCT ({smooth['avg_jct_s'][i]:,.0f} s)")
+                           f"lowest avg JCT ({_jct_words(table, smooth, i)})")
                 best[param.name] = chosen
                 reasons.append(why)
                 self.log(why)
@@ -230,6 +232,14 @@ class Tuner:
         points = [{"params": dict(k), "metrics": m} for k, m in self._seen.items()]
         return Proposal(self.reference_policy, reference, current, cur_metrics, best, proposed, bool(feasible),
                         reasons, points, curves)
+
+
+def _jct_words(raw: pd.DataFrame, smooth: pd.DataFrame, i: int) -> str:
+    """A grid point's avg JCT as replayed, and the smoothed figure the choice used where it differs."""
+    r, s = float(raw["avg_jct_s"].iloc[i]), float(smooth["avg_jct_s"].iloc[i])
+    if round(r) == round(s):
+        return f"{r:,.0f} s replayed"
+    return f"{s:,.0f} s on the smoothed curve, {r:,.0f} s replayed"
 
 
 def _has_workload(exp: Experiment) -> bool:
@@ -249,7 +259,15 @@ def write_proposal(proposal: Proposal, out_dir) -> dict:
 
 def format_proposal(proposal: Proposal) -> str:
     ref, cur, new = proposal.reference, proposal.current, proposal.proposed
-    lines = [f"{'parameter':17s} {'current':>10s}  {'proposed':>12s}"]
+    lines = []
+    ctx = proposal.context or {}
+    if ctx.get("trace"):
+        window = ctx.get("window") or {}
+        span = "" if not (window.get("start") or window.get("end")) else \
+            f", submitted {window.get('start') or 'start'} .. {window.get('end') or 'end'}"
+        n = int(ctx.get("jobs", 0))
+        lines += [f"replayed: {ctx['trace']} ({n:,} job{'s' if n != 1 else ''}{span}) on {ctx.get('cluster', '?')}", ""]
+    lines.append(f"{'parameter':17s} {'current':>10s}  {'proposed':>12s}")
     for k, v in proposal.proposed_params.items():
         mark = "" if proposal.current_params.get(k) == v else "   <- change"
         lines.append(f"{k:17s} {proposal.current_params.get(k)!s:>10s}  {v!s:>12s}{mark}")
@@ -262,7 +280,8 @@ def format_proposal(proposal: Proposal) -> str:
                  f"{_ratio(ref['avg_jct_s'], new['avg_jct_s']):.3f}x vs {proposal.reference_policy}; "
                  + ("tail and average queueing no worse than the reference" if proposal.feasible
                     else "WARNING: the tail or average queueing is worse than the reference"))
-    lines.append("why:")
+    lines.append("why (one parameter at a time; the table's figures are single replays, and where a parameter's "
+                 "effect must be monotone the choice used the smoothed curve, docs/tuner.md):")
     lines.extend(f"  - {r}" for r in proposal.reasons)
     lines.append("This is a proposal only: no configuration was changed.")
     return "\n".join(lines)
