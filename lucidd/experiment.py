@@ -19,7 +19,7 @@ from .metrics import SUMMARY_COLUMNS, summarize
 from .policies.baselines import BASELINES
 from .simulator import SimHooks, SimulationResult, jobs_from_frame, simulate
 
-DEFAULT_POLICIES = ("fifo", "sjf", "qssf", "srtf", "tiresias")
+DEFAULT_POLICIES = ("fifo", "sjf", "qssf", "srtf", "tiresias", "slurm")
 
 #: Extra policies registered by other components (the Lucid orchestrator adds lucid & ablations).
 #: name -> callable(Experiment) returning (policy_factory, SimHooks | None, prepared jobs list)
@@ -77,7 +77,9 @@ class Experiment:
                 for j in jobs:
                     j.estimate = by_id[j.job_id]
             cls = BASELINES[policy]
-            return simulate(jobs, self.spec, lambda vc: cls(), on_progress=on_progress, policy_name=policy)
+            make = getattr(cls, "from_options", None)  # policies with options (slurm: --limit-rule)
+            factory = (lambda vc: make(self.options)) if make else (lambda vc: cls())
+            return simulate(jobs, self.spec, factory, on_progress=on_progress, policy_name=policy)
         if policy in POLICY_BUILDERS:
             return POLICY_BUILDERS[policy](self, jobs, on_progress)
         raise ConfigError(f"unknown policy '{policy}'; known: {', '.join(known_policies())}")

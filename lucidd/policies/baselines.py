@@ -8,6 +8,7 @@ in rank order while the VC's GPU quota lasts, and preempt running jobs that fall
 from __future__ import annotations
 
 from .base import Policy, Preempt, SchedulingView, Start, greedy_in_order
+from .slurm_backfill import SlurmBackfill  # Slurm's own scheduler (age priority + backfill)
 
 
 def artifact_preemption_overhead(job) -> int:
@@ -133,4 +134,4 @@ class Tiresias(_QuotaPreemptive):
         return soonest
 
 
-BASELINES = {"fifo": FIFO, "sjf": SJF, "qssf": QSSF, "srtf": SRTF, "tiresias": Tiresias}
+BASELINES = {"fifo": FIFO, "sjf": SJF, "qssf": QSSF, "srtf": SRTF, "tiresias": Tiresias, "slurm": SlurmBackfill}

@@ -1,0 +1,351 @@
+"""Slurm's own scheduler as a baseline: multifactor priority by age with `sched/backfill`.
+
+What most Slurm sites run today, and what lucidd replaces (docs/simulator.md, "The slurm
+baseline"). Modelled on Slurm 22.05's semantics:
+
+* Priority is age: earliest submit first, ties by submission order (`seq`), i.e. FIFO inside a
+  partition (a VC).
+* The main scheduler starts jobs in priority order until the first one that does not fit.
+* Backfill then walks the queue in priority order (at most `bf_max_job_test` jobs, counted from
+  that first blocked job). A job that cannot start now gets a reservation at its earliest start,
+  computed from the *time limits* of running jobs and the reservations of the higher-priority jobs
+  already examined (never from true durations, which Slurm does not know). A later job starts now
+  only if it fits for its whole time limit without touching any of those reservations. A
+  reservation starting more than `bf_window_s` from now is not made (not protected).
+* Backfill runs at every event (Slurm with a small `bf_interval`). No preemption. Placement is the
+  simulator's consolidated placement (`lucidd.cluster.place_consolidated`), applied to the GPUs a
+  node keeps free over the whole window the job would hold them.
+
+Traces carry no time limits, so a user's limit is modelled from the job's duration by a
+`LimitRule` (default: round up to the next of 1, 2, 4, 8, 12, 24, 48, 72, 168 h; longer jobs
+to a whole number of 168 h). Every rule gives limit >= duration, so no job is killed at its
+limit (`LimitRule.limit` asserts it); that is generous to Slurm: a win over it is real.
+
+The policy is pure: it reads the view (time as data, pending and running jobs, free GPUs) and
+returns `Start` decisions; it never reads a clock and never calls Slurm.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..cluster import place_consolidated
+from ..errors import ConfigError
+from .base import Policy, SchedulingView, Start
+
+DEFAULT_LIMIT_STEPS_H = (1, 2, 4, 8, 12, 24, 48, 72, 168)
+DEFAULT_LIMIT_RULE_TEXT = ",".join(str(h) for h in DEFAULT_LIMIT_STEPS_H)
+
+_RULE_HELP = ("expected 'exact' (limit = duration), 'xF' with F >= 1 (limit = F x duration, e.g. x2), "
+              "or increasing hours like " + DEFAULT_LIMIT_RULE_TEXT)
+
+
+@dataclass(frozen=True)
+class LimitRule:
+    """How a job's Slurm time limit is modelled from its duration (seconds in, seconds out).
+
+    kind 'steps': the smallest step >= duration; past the last step, the next whole multiple of
+    it. kind 'exact': the duration. kind 'factor': ceil(factor x duration). Always >= 1 s.
+    """
+
+    kind: str = "steps"
+    steps_s: tuple = tuple(h * 3600 for h in DEFAULT_LIMIT_STEPS_H)
+    factor: float = 1.0
+    text: str = DEFAULT_LIMIT_RULE_TEXT
+
+    def limit(self, duration) -> int:
+        d = max(int(math.ceil(duration)), 0)
+        if self.kind == "steps":
+            steps = self.steps_s
+            i = bisect.bisect_left(steps, d)
+            lim = steps[i] if i < len(steps) else -(-d // steps[-1]) * steps[-1]
+        elif self.kind == "factor":
+            lim = int(math.ceil(self.factor * d - 1e-9))
+        else:
+            lim = d
+        lim = max(lim, 1)
+        # No job outlives its limit, so the replay never has to model Slurm killing one.
+        assert lim >= d, f"limit rule {self.text!r} gives {lim} s for a {d} s job"
+        return lim
+
+    @property
+    def min_limit(self) -> int:
+        """The smallest limit the rule can give (any job's limit is at least this)."""
+        return self.steps_s[0] if self.kind == "steps" else 1
+
+    def describe(self) -> str:
+        return self.text
+
+
+def parse_limit_rule(text) -> LimitRule:
+    """`exact`, `xF` (F >= 1) or comma-separated increasing hours; ConfigError naming the flag."""
+    if isinstance(text, LimitRule):
+        return text
+    if text is None:
+        return LimitRule()
+    s = str(text).strip().lower().replace(" ", "")
+    if s == "exact":
+        return LimitRule(kind="exact", steps_s=(), text="exact")
+    if s.startswith("x"):
+        try:
+            f = float(s[1:])
+        except ValueError:
+            f = float("nan")
+        if not math.isfinite(f) or f < 1:
+            raise ConfigError(f"--limit-rule {text!r}: a factor must be a number >= 1 (a limit below the "
+                              f"duration would kill jobs); {_RULE_HELP}")
+        return LimitRule(kind="factor", steps_s=(), factor=f, text=f"x{f:g}")
+    try:
+        hours = [float(p) for p in s.split(",")]
+    except ValueError:
+        raise ConfigError(f"--limit-rule {text!r}: {_RULE_HELP}") from None
+    if not hours or not all(math.isfinite(h) and h > 0 for h in hours):
+        raise ConfigError(f"--limit-rule {text!r}: steps must be positive hours; {_RULE_HELP}")
+    steps = tuple(int(round(h * 3600)) for h in hours)
+    if any(b <= a for a, b in zip(steps, steps[1:])) or steps[0] < 1:
+        raise ConfigError(f"--limit-rule {text!r}: steps must be strictly increasing; {_RULE_HELP}")
+    return LimitRule(kind="steps", steps_s=steps, text=",".join(f"{h:g}" for h in hours))
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    """The slurm.conf knobs the baseline models (SchedulerParameters names, seconds not minutes)."""
+
+    bf_max_job_test: int = 500  # backfill examines at most this many jobs per pass (Slurm default)
+    bf_window_s: int = 86400  # reservations starting later than this are not made (Slurm: bf_window=1440 min)
+    limit_rule: LimitRule = field(default_factory=LimitRule)
+
+    def __post_init__(self):
+        if self.bf_max_job_test < 1:
+            raise ConfigError(f"bf_max_job_test must be at least 1, got {self.bf_max_job_test}")
+        if self.bf_window_s < 0:
+            raise ConfigError(f"bf_window_s must not be negative, got {self.bf_window_s}")
+
+
+class _Profile:
+    """Future free GPUs per node as a step function of time, from time limits.
+
+    Row i of `free` (int array, rows x nodes) holds from `times[i]` until `times[i + 1]`; the last
+    row lasts forever. Row 0 starts now. Running jobs give their GPUs back at start + limit;
+    reservations take GPUs over [start, start + limit). The arrays keep spare rows so that a new
+    boundary shifts rows in place instead of reallocating.
+    """
+
+    __slots__ = ("_times", "_free", "k", "gpn")
+
+    def __init__(self, now: int, free_now, releases, gpn: int):
+        self.gpn = gpn
+        ends = sorted({t for t, _, _ in releases})
+        k = 1 + len(ends)
+        cap = 2 * k + 16
+        self._times = np.empty(cap, dtype=np.int64)
+        self._times[0] = now
+        self._times[1:k] = ends
+        delta = np.zeros((cap, len(free_now)), dtype=np.int64)
+        delta[0] = free_now
+        if releases:
+            rows = np.searchsorted(self._times[:k], [t for t, _, _ in releases])
+            np.add.at(delta, (rows, [n for _, n, _ in releases]), [g for _, _, g in releases])
+        self._free = np.cumsum(delta, axis=0)
+        self.k = k
+
+    @property
+    def times(self):
+        return self._times[:self.k]
+
+    @property
+    def free(self):
+        return self._free[:self.k]
+
+    def _split(self, t: int) -> int:
+        """Make `t` a row boundary; return its row."""
+        k = self.k
+        i = int(self._times[:k].searchsorted(t))
+        if i < k and self._times[i] == t:
+            return i
+        if k == len(self._times):  # grow
+            self._times = np.concatenate((self._times, np.empty(k, dtype=np.int64)))
+            self._free = np.concatenate((self._free, np.empty_like(self._free)))
+        times, free = self._times, self._free
+        times[i + 1:k + 1] = times[i:k]
+        free[i + 1:k + 1] = free[i:k]
+        times[i] = t
+        free[i] = free[i - 1]
+        self.k = k + 1
+        return i
+
+    def take(self, start: int, end: int, layout) -> None:
+        i = self._split(start)
+        j = self._split(end)
+        free = self._free
+        for node, n in layout:
+            free[i:j, node] -= n
+
+    def place_now(self, gpu_num: int, limit: int):
+        """Layout for a job starting now and holding its GPUs for `limit` seconds, or None."""
+        times = self._times[:self.k]
+        j = int(times.searchsorted(times[0] + limit))
+        return place_consolidated(self._free[:j].min(axis=0).tolist(), gpu_num, self.gpn)
+
+    def earliest(self, gpu_num: int, limit: int, horizon: int):
+        """(start, layout) of the earliest start <= horizon that fits for `limit` seconds, or None."""
+        k, gpn = self.k, self.gpn
+        times, free = self._times[:k], self._free[:k]
+        h = int(times.searchsorted(horizon, side="right"))  # candidate start rows 0..h-1
+        ends = times.searchsorted(times[:h] + limit)  # exclusive end row of each window
+
+        def nodes_with(at_least: int):
+            """Per candidate start, whether each node keeps >= at_least GPUs free all window long."""
+            short = np.zeros((k + 1, free.shape[1]), dtype=np.int64)
+            np.cumsum(free < at_least, axis=0, out=short[1:])
+            return short[ends] == short[:h]
+
+        if gpu_num <= gpn:
+            ok = nodes_with(gpu_num).any(axis=1)
+        else:  # place_consolidated's condition: `whole` full nodes, and one more with >= rem
+            whole, rem = divmod(gpu_num, gpn)
+            ok = nodes_with(gpn).sum(axis=1) >= whole
+            if rem:
+                ok &= nodes_with(rem).sum(axis=1) >= whole + 1
+        for i in np.flatnonzero(ok):
+            layout = place_consolidated(free[i:ends[i]].min(axis=0).tolist(), gpu_num, gpn)
+            if layout is not None:
+                return int(times[i]), layout
+        return None
+
+
+class _Frontier:
+    """(gpu_num, limit) pairs known to fail on a profile that only shrinks: any job at least as
+    large in both fails too (consolidated placement needs more of every count as a job grows, and
+    a longer window only lowers the GPUs a node keeps free throughout)."""
+
+    __slots__ = ("gpn", "cut", "multi")
+
+    def __init__(self, gpn: int):
+        self.gpn = gpn
+        self.cut = [math.inf] * (gpn + 1)  # cut[g]: smallest failed limit among single-node sizes <= g
+        self.multi = []  # failed multi-node (gpu_num, limit)
+
+    def covers(self, g: int, lim: int) -> bool:
+        if g <= self.gpn:
+            return lim >= self.cut[g]
+        return lim >= self.cut[self.gpn] or any(g >= fg and lim >= fl for fg, fl in self.multi)
+
+    def add(self, g: int, lim: int) -> None:
+        if g <= self.gpn:
+            cut = self.cut
+            for x in range(g, self.gpn + 1):
+                if lim < cut[x]:
+                    cut[x] = lim
+        else:
+            self.multi.append((g, lim))
+
+
+class SlurmBackfill(Policy):
+    """Slurm 22.05 default scheduling: multifactor priority by age + sched/backfill (see module doc)."""
+
+    name = "slurm"
+
+    def __init__(self, config: SlurmConfig | None = None):
+        self.config = config or SlurmConfig()
+        self._limits = {}  # job -> its modelled time limit (a pure function of its duration)
+
+    def limit(self, job) -> int:
+        lim = self._limits.get(job)
+        if lim is None:
+            lim = self._limits[job] = self.config.limit_rule.limit(job.duration)
+        return lim
+
+    @classmethod
+    def from_options(cls, options: dict | None) -> "SlurmBackfill":
+        """Build from an experiment's options (`limit_rule`: text or LimitRule; bf_* knobs)."""
+        options = options or {}
+        kw = {k: options[k] for k in ("bf_max_job_test", "bf_window_s") if options.get(k) is not None}
+        return cls(SlurmConfig(limit_rule=parse_limit_rule(options.get("limit_rule")), **kw))
+
+    @staticmethod
+    def pending_key(job):
+        return (job.submit_time, job.seq)
+
+    def describe(self) -> str:
+        c = self.config
+        return (f"slurm (age priority + backfill, limits {c.limit_rule.describe()}, "
+                f"bf_max_job_test={c.bf_max_job_test}, bf_window_s={c.bf_window_s})")
+
+    def schedule(self, view: SchedulingView) -> list:
+        cluster = view.cluster
+        now = view.now
+        limits, limit_of = self._limits, self.limit
+        out = []
+        started = []  # (limit end, layout) of jobs started in this pass
+        it = iter(view.pending)
+        # Main scheduler: priority order until the first job that does not fit.
+        blocked = None
+        for job in it:
+            layout = cluster.place(job.gpu_num)
+            if layout is None:
+                blocked = job
+                break
+            cluster.take(layout)
+            out.append(Start(job, layout, reason="priority order"))
+            started.append((now + limit_of(job), layout))
+        free = cluster.free
+        if blocked is None or not any(free):
+            return out
+
+        # Backfill. Reservations are computed lazily: only when a later job could start now is
+        # the profile built and every earlier job's reservation placed (in priority order), so a
+        # pass over a full cluster costs a walk over the queue and no planning.
+        gpn = cluster.gpus_per_node
+        horizon = now + self.config.bf_window_s
+        min_limit = self.config.limit_rule.min_limit
+        deferred = [(blocked, limit_of(blocked))]
+        cannot_start = _Frontier(gpn)  # could not start now
+        no_slot = _Frontier(gpn)  # no start within bf_window (no reservation)
+        profile = None
+        max_free, total_free, full_nodes = max(free), sum(free), free.count(gpn)
+        budget = self.config.bf_max_job_test - 1  # the blocked job was the first examined
+        for job in it:
+            if budget <= 0:
+                break
+            budget -= 1
+            g = job.gpu_num
+            lim = limits.get(job) or limit_of(job)
+            if (g > total_free or (g <= gpn and g > max_free) or (g > gpn and g // gpn > full_nodes)
+                    or cannot_start.covers(g, lim)):
+                deferred.append((job, lim))
+                continue
+            if profile is None:
+                releases = [(j.start_time + limit_of(j), node, len(gpus))
+                            for j in view.running for node, gpus in j.alloc]
+                releases += [(end, node, n) for end, layout in started for node, n in layout]
+                assert all(t > now for t, _, _ in releases), "a running job outlived its time limit"
+                profile = _Profile(now, free, releases, gpn)
+            for d_job, d_lim in deferred:
+                dg = d_job.gpu_num
+                if no_slot.covers(dg, d_lim):
+                    continue
+                slot = profile.earliest(dg, d_lim, horizon)
+                if slot is None:
+                    no_slot.add(dg, d_lim)
+                else:
+                    profile.take(slot[0], slot[0] + d_lim, slot[1])
+            deferred.clear()
+            layout = profile.place_now(g, lim)
+            if layout is None:
+                cannot_start.add(g, lim)
+                deferred.append((job, lim))
+                if g == 1 and lim <= min_limit:
+                    break  # nothing at all can start now
+                continue
+            profile.take(now, now + lim, layout)
+            cluster.take(layout)
+            out.append(Start(job, layout, reason="backfill: ends by its limit before every reservation"))
+            max_free, total_free, full_nodes = max(free), sum(free), free.count(gpn)
+            if total_free == 0:
+                break
+        return out
