@@ -1,0 +1,161 @@
+"""`lucidd-failopen --config FILE`: the guard a systemd timer runs. Slurm is played by fake commands in
+`[slurm] bin_dir` (tests/live/fakeslurm.py) that print real captured replies and record their argv;
+the real-Slurm tier is tests/slurm/."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lucidd.daemon import failopen_main
+
+from .fakeslurm import FakeSlurm, env_without_slurm
+
+FAILOPEN = Path(sys.executable).with_name("lucidd-failopen")
+SNAPSHOT = [["squeue", "--json"], ["sinfo", "--json"], ["scontrol", "-o", "show", "partition"]]
+
+
+@pytest.fixture
+def setup(tmp_path):
+    fake = FakeSlurm(tmp_path / "bin")
+    state = tmp_path / "state"
+    state.mkdir()
+    cfg = tmp_path / "lucidd.toml"
+    cfg.write_text(f'[slurm]\nbin_dir = "{fake.bin}"\ncommand_timeout_s = 10\n'
+                   f'[daemon]\nstate_dir = "{state}"\nfailopen_after_s = 60\n')
+    return fake, cfg, state / "heartbeat"
+
+
+def run(cfg, *extra):
+    return subprocess.run([str(FAILOPEN), "--config", str(cfg), *extra], capture_output=True, text=True,
+                          timeout=120, env=env_without_slurm(), stdin=subprocess.DEVNULL)
+
+
+def touch(path, age_s=0.0):
+    path.write_text("")
+    t = time.time() - age_s
+    os.utime(path, (t, t))
+
+
+def test_fresh_heartbeat_exits_0_and_calls_no_slurm_command(setup):
+    fake, cfg, hb = setup
+    fake.cluster()
+    touch(hb, age_s=5)
+    r = run(cfg)
+    assert r.returncode == 0, r.stderr
+    assert fake.calls() == [] and r.stdout == ""
+
+
+def test_heartbeat_just_inside_the_bound_is_fresh(setup):
+    fake, cfg, hb = setup
+    fake.cluster()
+    touch(hb, age_s=50)
+    assert run(cfg).returncode == 0 and fake.calls() == []
+
+
+INBOX_RELEASE = [
+    # squeue_inbox.json: jobs 11-18 pending in the inbox; 15 asked for research (lucid:partition=research),
+    # the others named no partition: [slurm] default_partition. Jobs 9 and 10 have ended: left alone.
+    ["scontrol", "update", "jobid=11,12,13,14,16,17,18", "partition=main"],
+    ["scontrol", "update", "jobid=15", "partition=research"],
+    ["scontrol", "update", "partitionname=inbox", "state=UP"],
+]
+
+
+@pytest.mark.parametrize("heartbeat", ["stale", "missing"])
+def test_stale_or_missing_heartbeat_releases_inbox_jobs_and_opens_the_inbox(setup, heartbeat):
+    fake, cfg, hb = setup
+    fake.cluster(squeue="squeue_inbox.json", partitions="partitions_inbox_down.txt")
+    if heartbeat == "stale":
+        touch(hb, age_s=3600)
+    r = run(cfg)
+    assert r.returncode == 0, r.stderr
+    assert fake.calls() == SNAPSHOT + INBOX_RELEASE
+    assert "fail-open" in r.stderr and "set UP" in r.stderr
+    assert ("no heartbeat file" if heartbeat == "missing" else "(> 60 s)") in r.stderr
+
+
+def test_force_acts_despite_a_fresh_heartbeat(setup):
+    fake, cfg, hb = setup
+    fake.cluster()
+    touch(hb)
+    r = run(cfg, "--force")
+    assert r.returncode == 0 and fake.calls() == SNAPSHOT + INBOX_RELEASE
+    assert "--force" in r.stderr
+
+
+def test_requeued_profiling_jobs_go_to_their_partition_starting_now(setup):
+    fake, cfg, hb = setup
+    fake.cluster(squeue="squeue_requeued.json", partitions="partitions_inbox_down.txt")
+    r = run(cfg)
+    assert r.returncode == 0, r.stderr
+    assert fake.calls() == SNAPSHOT + [
+        ["scontrol", "update", "jobid=14", "partition=main", "starttime=now"],
+        ["scontrol", "update", "jobid=15", "partition=research", "starttime=now"],
+        ["scontrol", "update", "partitionname=inbox", "state=UP"],
+    ]
+
+
+def test_open_inbox_and_nothing_held_changes_nothing(setup):
+    fake, cfg, hb = setup
+    fake.cluster(squeue="squeue_running.json", partitions="partitions_inbox_up.txt")
+    r = run(cfg)
+    assert r.returncode == 0, r.stderr
+    assert fake.calls() == SNAPSHOT  # read only: running jobs are never touched, the inbox is already UP
+
+
+def test_custom_partition_names(tmp_path):
+    fake = FakeSlurm(tmp_path / "bin").cluster()
+    cfg = tmp_path / "lucidd.toml"
+    cfg.write_text(f'[slurm]\nbin_dir = "{fake.bin}"\ndefault_partition = "research"\n'
+                   f'[daemon]\nheartbeat_file = "{tmp_path / "hb"}"\n')
+    assert run(cfg).returncode == 0
+    assert fake.calls()[3] == ["scontrol", "update", "jobid=11,12,13,14,15,16,17,18", "partition=research"]
+
+
+def test_slurm_unavailable_exits_1_with_one_line(setup):
+    fake, cfg, hb = setup
+    fake.cluster()
+    fake.fails("squeue", "squeue: error: Unable to contact slurm controller (connect failure)")
+    r = run(cfg)
+    assert r.returncode == 1
+    assert r.stderr.splitlines() == ["lucidd-failopen: Slurm unavailable: squeue --json: squeue: error: Unable to "
+                                     "contact slurm controller (connect failure)"]
+    assert fake.calls() == [["squeue", "--json"]]
+
+
+def test_one_release_failing_does_not_stop_the_others(setup):
+    fake, cfg, hb = setup
+    fake.cluster()
+    data = Path(__file__).resolve().parent / "data"
+    fake.script("scontrol", 'case "$1 $3" in "-o partition") cat ' + str(data / "partitions_inbox_down.txt")
+                + ";; \"update partition=main\") echo 'slurm_update error: Invalid job id specified' >&2; exit 1;; "
+                "esac\nexit 0")
+    r = run(cfg)
+    assert r.returncode == 0, r.stderr
+    assert fake.calls() == SNAPSHOT + INBOX_RELEASE
+    assert "could not release" in r.stderr and "the open inbox runs them" in r.stderr
+
+
+def test_bad_config_calls_nothing(tmp_path):
+    fake = FakeSlurm(tmp_path / "bin").cluster()
+    cfg = tmp_path / "lucidd.toml"
+    cfg.write_text(f'[slurm]\nbin_dir = "{fake.bin}"\n[daemon]\nfailopen_after_s = "60"\n')
+    r = run(cfg)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "[daemon] failopen_after_s" in r.stderr
+    assert fake.calls() == []
+
+
+def test_in_process_entry_point(setup, monkeypatch):
+    """failopen_main() itself (what the console script calls), with a fresh and a stale heartbeat."""
+    fake, cfg, hb = setup
+    fake.cluster()
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    touch(hb)
+    assert failopen_main(["--config", str(cfg)]) == 0 and fake.calls() == []
+    touch(hb, age_s=61)
+    assert failopen_main(["--config", str(cfg)]) == 0
+    assert fake.calls() == SNAPSHOT + INBOX_RELEASE
