@@ -70,6 +70,7 @@ ReturnToService=2
 SlurmdParameters=config_overrides
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=2
+DefMemPerCPU=1000
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
@@ -215,12 +216,25 @@ stop() {
   log "stopped"
 }
 
+start_ctld() {
+  export SLURM_CONF=$DIR/etc/slurm.conf
+  slurmctld -f "$SLURM_CONF" 2>>"$DIR/log/slurmctld.err"
+  wait_for 30 slurmctld scontrol ping
+}
+
+pg_bin() { ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1; }
+
 case "${1:-}" in
   install) install_packages ;;
+  ctld-stop) kill_pidfile "$DIR/run/slurmctld.pid" ;;     # for the restart tests
+  ctld-start) start_ctld ;;
+  pg-stop) runuser -u postgres -- "$(pg_bin)/pg_ctl" -D "$DIR/pg" -m fast -w stop >/dev/null ;;
+  pg-start) runuser -u postgres -- "$(pg_bin)/pg_ctl" -D "$DIR/pg" -l "$DIR/pg/postgres.log" -w -t 30 \
+    -o "-p $PG_PORT -k $DIR/run/pg -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null ;;
   start) start ;;
   stop) stop ;;
   env) export_env ;;
   status) SLURM_CONF=$DIR/etc/slurm.conf sinfo ;;
   reset) stop; rm -rf "$DIR"; log "removed $DIR" ;;
-  *) echo "usage: $0 install|start|stop|env|status|reset" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|stop|env|status|reset|ctld-stop|ctld-start|pg-stop|pg-start" >&2; exit 2 ;;
 esac

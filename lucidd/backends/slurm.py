@@ -296,9 +296,10 @@ class SlurmBackend(Backend):
 
     def finished_jobs(self, since: int) -> list[dict]:
         start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(max(0, int(since))))
-        data = self.runner.run_json(["sacct", "--json", "--allusers", "--starttime", start,
-                                     "--state", "CD,F,TO,CA,NF,OOM,DL,PR"])
-        return sacct_rows(data)
+        # No --state filter: with one, sacct matches states *at* the start time only.
+        data = self.runner.run_json(["sacct", "--json", "--allusers", "--starttime", start])
+        return [r for r in sacct_rows(data) if r["end_time"] and r["state"] not in ("RUNNING", "PENDING",
+                                                                                     "REQUEUED", "SUSPENDED")]
 
     def move(self, job_ids, partition: str, start_now: bool = False) -> None:
         ids = ",".join(str(int(j)) for j in job_ids)

@@ -1,0 +1,204 @@
+"""`lucidctl [--json] status | queue | explain job ID`: what the live daemon is doing and why.
+
+They read lucidd's database (the `[database] url` of the daemon's config file), never change
+anything, and work while lucidd is stopped (they then show its last state). Schemas of the
+`--json` objects: docs/cli.md ("Live daemon").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+
+from .errors import LucidError
+
+DEFAULT_CONFIG = "/etc/lucidd/lucidd.toml"
+
+
+def _open(args):
+    from .live.config import load_config
+    from .live.store import Store, StoreError
+
+    path = getattr(args, "config", None) or os.environ.get("LUCIDD_CONFIG") or DEFAULT_CONFIG
+    cfg = load_config(path)
+    store = Store(cfg.database.url)
+    try:
+        store.ping()
+        if store.get_meta("schema_version") is None:
+            raise LucidError(f"{path}: database {store.url} has no lucidd state yet (has lucidd run with this config?)")
+    except StoreError as exc:
+        raise LucidError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - e.g. tables missing: lucidd never ran there
+        raise LucidError(f"{path}: database has no lucidd state yet ({type(exc).__name__})") from None
+    return cfg, store
+
+
+def _age(t, now):
+    return None if t is None else round(now - float(t), 1)
+
+
+def status_data(cfg, store, now=None) -> dict:
+    from .live.reconcile import heartbeat_age
+
+    now = now or time.time()
+    cycles = store.last_cycles(50)
+    last = cycles[0] if cycles else None
+    ok = [c for c in cycles if c.ok]
+    jobs = store.open_jobs()
+    phases = {}
+    for r in jobs.values():
+        phases[r.phase] = phases.get(r.phase, 0) + 1
+    hb = heartbeat_age(cfg.daemon.heartbeat_file, now)
+    last_ok = store.get_meta("last_ok_cycle")
+    dry = store.get_meta("dry_run") == "1"
+    healthy = last_ok is not None and now - float(last_ok) <= max(3 * cfg.daemon.interval_s, 30)
+    errors = [{"at": c.started_at, "error": c.error} for c in cycles if not c.ok][:5]
+    return {
+        "healthy": bool(healthy),
+        "dry_run": dry,
+        "version": store.get_meta("version"),
+        "started_at": _float(store.get_meta("started_at")),
+        "config": cfg.path,
+        "database": _redact(cfg.database.url),
+        "last_cycle": None if last is None else {
+            "at": last.started_at, "age_s": _age(last.started_at, now), "ok": last.ok, "seconds": round(last.seconds, 4),
+            "cpu_seconds": round(last.cpu_seconds, 4), "jobs": last.jobs, "actions": last.actions,
+            "slurm_calls": json.loads(last.calls or "{}"), "error": last.error},
+        "last_ok_cycle_age_s": _age(last_ok, now),
+        "cycle_seconds_p50": round(statistics.median([c.seconds for c in ok]), 4) if ok else None,
+        "cycle_seconds_max": round(max(c.seconds for c in ok), 4) if ok else None,
+        "heartbeat_age_s": None if hb is None else round(hb, 1),
+        "failopen_after_s": cfg.daemon.failopen_after_s,
+        "jobs_by_phase": phases,
+        "profiling": {"tprof_s": cfg.profiler.tprof_s, "nprof_gpus": cfg.profiler.nprof_gpus,
+                      "enabled": cfg.profiler.enabled},
+        "recent_errors": errors,
+        "models": [{"kind": m.kind, "version": m.version, "at": m.at, "decision": m.decision}
+                   for m in store.model_versions(5)],
+    }
+
+
+def queue_data(cfg, store) -> dict:
+    jobs = store.open_jobs()
+    waiting = [r for r in jobs.values() if r.phase == "released" and r.start_time is None]
+    waiting.sort(key=lambda r: (r.target_partition, -(r.site_factor or 0), r.job_id))
+    return {
+        "inbox": [_brief(r) for r in sorted(jobs.values(), key=lambda r: (r.gpus, r.job_id)) if r.phase == "inbox"],
+        "profiling": [_brief(r) for r in sorted(jobs.values(), key=lambda r: r.job_id)
+                      if r.phase in ("profiling", "requeued")],
+        "pending": [_brief(r) for r in waiting],
+    }
+
+
+def _brief(r) -> dict:
+    return {"job_id": r.job_id, "user": r.user, "name": r.name, "gpus": r.gpus, "partition": r.target_partition,
+            "phase": r.phase, "profile": r.profile, "submitted": r.original_submit, "estimate_s": r.estimate_s,
+            "estimate_source": r.estimate_source, "site_factor": r.site_factor, "rank": r.queue_rank,
+            "reason": r.order_reason if r.phase == "released" else r.profile_reason}
+
+
+def explain_data(cfg, store, job_id) -> dict:
+    try:
+        jid = int(job_id)
+    except ValueError:
+        raise LucidError(f"job id must be a number, got {job_id!r}") from None
+    r = store.job(jid)
+    if r is None:
+        raise LucidError(f"job {jid} is not in lucidd's database (never seen by lucidd, or from before it ran)")
+    actions = store.actions_for(jid)
+    story = [f"submitted {_ts(r.original_submit)} asking for {r.gpus} GPU(s)"
+             + (f" in partition {r.requested_partition}" if r.requested_partition else " (no partition: "
+                f"{r.target_partition})")]
+    for a in actions:
+        if a.kind == "sitefactor":
+            continue
+        story.append(f"{_ts(a.applied_at or a.created_at)} {a.kind} [{a.status}]: {a.reason}"
+                     + (f" ({a.error})" if a.error else ""))
+    sfs = [a for a in actions if a.kind == "sitefactor"]
+    if sfs:
+        story.append(f"SiteFactor set {len(sfs)} time(s), last {json.loads(sfs[-1].args).get('value')}: {sfs[-1].reason}")
+    if r.start_time:
+        story.append(f"started {_ts(r.start_time)} in {r.partition_ran or r.target_partition}")
+    if r.phase == "done":
+        story.append(f"ended {_ts(r.end_time)}: {r.final_state}")
+    return {
+        "job_id": jid, "user": r.user, "account": r.account, "name": r.name, "gpus": r.gpus,
+        "requested_partition": r.requested_partition, "partition": r.target_partition, "phase": r.phase,
+        "submitted": r.original_submit, "first_seen": r.first_seen,
+        "profiling": {"outcome": r.profile, "reason": r.profile_reason, "requeued_at": r.requeued_at,
+                      "released_at": r.released_at, "restarts_before": r.restarts},
+        "order": {"site_factor": r.site_factor, "rank": r.queue_rank, "reason": r.order_reason,
+                  "estimate_s": r.estimate_s, "estimate_source": r.estimate_source},
+        "start_time": r.start_time, "end_time": r.end_time, "final_state": r.final_state,
+        "actions": [{"key": a.key, "kind": a.kind, "status": a.status, "reason": a.reason, "error": a.error,
+                     "created_at": a.created_at, "applied_at": a.applied_at, "args": json.loads(a.args or "{}")}
+                    for a in actions],
+        "story": story,
+    }
+
+
+def _ts(t):
+    return "?" if not t else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(t)))
+
+
+def _float(v):
+    return None if v is None else float(v)
+
+
+def _redact(url):
+    from .live.store import redact
+
+    return redact(url)
+
+
+def cmd_live(args) -> int:
+    cfg, store = _open(args)
+    if args.command == "status":
+        d = status_data(cfg, store)
+        if args.json:
+            print(json.dumps(d, indent=2, default=str))
+            return 0
+        lc = d["last_cycle"] or {}
+        state = "healthy" if d["healthy"] else "NOT healthy (no recent successful reconcile)"
+        print(f"lucidd {d['version'] or '?'}: {state}{' [dry-run]' if d['dry_run'] else ''}")
+        print(f"  config {d['config']}, database {d['database']}")
+        if lc:
+            print(f"  last reconcile {lc['age_s']} s ago: {'ok' if lc['ok'] else 'FAILED ' + lc['error']}, "
+                  f"{lc['seconds'] * 1000:.0f} ms wall, {lc['cpu_seconds'] * 1000:.0f} ms CPU, {lc['jobs']} jobs, "
+                  f"{lc['actions']} actions, Slurm calls {lc['slurm_calls']}")
+            print(f"  reconcile latency p50 {d['cycle_seconds_p50']} s, max {d['cycle_seconds_max']} s (last 50)")
+        print(f"  heartbeat {d['heartbeat_age_s']} s old (fail-open after {d['failopen_after_s']:g} s)")
+        print(f"  jobs by phase: {d['jobs_by_phase'] or 'none'}")
+        for e in d["recent_errors"]:
+            print(f"  error at {_ts(e['at'])}: {e['error']}")
+        return 0
+    if args.command == "queue":
+        d = queue_data(cfg, store)
+        if args.json:
+            print(json.dumps(d, indent=2, default=str))
+            return 0
+        for title, key in (("waiting for profiling (inbox)", "inbox"), ("in profiling", "profiling"),
+                           ("pending in lucidd's order", "pending")):
+            rows = d[key]
+            print(f"{title}: {len(rows)}")
+            for r in rows:
+                est = "" if r["estimate_s"] is None else f" est {r['estimate_s']:,.0f}s"
+                rank = "" if r["rank"] is None else f"#{r['rank']} "
+                print(f"  {rank}{r['job_id']:>8} {r['partition']:<12} {r['gpus']:>3} GPU {r['user']:<10}{est}  "
+                      f"{r['reason']}")
+        return 0
+    d = explain_data(cfg, store, args.id)
+    if args.json:
+        print(json.dumps(d, indent=2, default=str))
+        return 0
+    print(f"job {d['job_id']} ({d['name']!r}, user {d['user']}, {d['gpus']} GPU(s), partition {d['partition']}): "
+          f"{d['phase']}")
+    for line in d["story"]:
+        print(f"  - {line}")
+    o = d["order"]
+    if o["site_factor"] is not None:
+        print(f"  order: {o['reason']}")
+        print(f"  estimate: {o['estimate_s']:,.0f} s from {o['estimate_source'] or '?'}")
+    return 0

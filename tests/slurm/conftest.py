@@ -1,0 +1,207 @@
+"""The real-Slurm tier: a Debian Slurm 22.05 controller, 4 slurmd with 8 fake GPUs each,
+slurmdbd and PostgreSQL on loopback (scripts/testcluster.sh), and lucidd run as a real process.
+
+The cluster is started once per session (or reused when SLURM_CONF already points at a live one,
+as after `scripts/testcluster.sh start`). Without root or apt the tier skips with the reason;
+under CI=true a skip fails the run (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+TC = REPO / "scripts" / "testcluster.sh"
+VENV_BIN = Path(sys.executable).parent
+
+
+def _env_from_script():
+    out = subprocess.run([str(TC), "env"], capture_output=True, text=True, check=True).stdout
+    env = {}
+    for line in out.splitlines():
+        if line.startswith("export "):
+            k, v = line[len("export "):].split("=", 1)
+            env[k] = v
+    return env
+
+
+def _ping(env) -> bool:
+    try:
+        return subprocess.run(["scontrol", "ping"], env={**os.environ, **env}, capture_output=True,
+                              timeout=10).returncode == 0 and subprocess.run(
+            ["sinfo", "-h"], env={**os.environ, **env}, capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    env = _env_from_script()
+    started = False
+    if not _ping(env):
+        if os.geteuid() != 0:
+            pytest.skip("the real-Slurm tier needs root to start scripts/testcluster.sh")
+        proc = subprocess.run([str(TC), "start"], capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            pytest.skip(f"test cluster did not start: {proc.stderr.strip()[-500:]}")
+        started = True
+    os.environ.update(env)
+    yield env
+    if started and os.environ.get("LUCIDD_TC_KEEP") != "1":
+        subprocess.run([str(TC), "stop"], capture_output=True, timeout=120)
+
+
+def sh(*argv, check=True, timeout=60, **kw) -> str:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{argv}: rc {proc.returncode}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def squeue() -> list[dict]:
+    return json.loads(sh("squeue", "--json"))["jobs"]
+
+
+def active_jobs() -> list[dict]:
+    return [j for j in squeue() if j["job_state"] in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING")]
+
+
+def wait_until(pred, timeout, what, step=0.5):
+    end = time.time() + timeout
+    while time.time() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def clean_cluster(slurm_cluster, tmp_path):
+    """No job of an earlier test left, inbox DOWN, nodes idle."""
+    sh("scancel", "--user", "root", check=False)
+    sh("scancel", "--user", "nobody", check=False)
+    wait_until(lambda: not active_jobs(), 60, "earlier jobs to end")
+    sh("scontrol", "update", "partitionname=inbox", "state=DOWN")
+    wait_until(lambda: "idle" in sh("sinfo", "-h", "-p", "main", "-o", "%t") and
+               sh("sinfo", "-h", "-p", "main", "-t", "idle", "-o", "%D").strip() == "4", 60, "idle nodes")
+    os.chmod(tmp_path, 0o777)  # job output files of uid nobody
+    return slurm_cluster
+
+
+JOB_SCRIPT = """#!/bin/bash
+echo "start $(date +%s) part=$SLURM_JOB_PARTITION restarts=${SLURM_RESTART_COUNT:-0} gpus=$CUDA_VISIBLE_DEVICES"
+sleep "$1"
+echo "end $(date +%s)"
+"""
+
+
+@pytest.fixture
+def job_script(tmp_path):
+    p = tmp_path / "job.sh"
+    p.write_text(JOB_SCRIPT)
+    p.chmod(0o755)
+    return p
+
+
+def sbatch(script, seconds, *opts, name="t", cwd=None) -> int:
+    out = sh("sbatch", "--parsable", "-J", name, "-o", f"{cwd or script.parent}/%j.out", *opts, str(script),
+             str(seconds))
+    return int(out.strip().split(";")[0])
+
+
+def sacct_runs(job_ids, settle_s=20) -> dict:
+    """job_id -> list of runs [(partition, state, start)] from `sacct -D` (requeued runs first).
+    slurmdbd lags slurmctld by a moment: wait until every job's last run is recorded as ended."""
+    end = time.time() + settle_s
+    while True:
+        data = json.loads(sh("sacct", "--json", "--duplicates", "--allusers", "-j", ",".join(map(str, job_ids))))
+        runs = {}
+        for j in data["jobs"]:
+            runs.setdefault(j["job_id"], []).append((j["partition"], j["state"]["current"], j["time"]["start"]))
+        for v in runs.values():
+            v.sort(key=lambda r: r[2] or 0)
+        settled = all(j in runs and runs[j][-1][0] and runs[j][-1][1] not in ("RUNNING", "PENDING", "REQUEUED")
+                      for j in job_ids)
+        if settled or time.time() > end:
+            return runs
+        time.sleep(0.5)
+
+
+def write_config(path: Path, state_dir: Path, db_url: str | None = None, **sections) -> Path:
+    cfg = {
+        "daemon": {"interval_s": 1.0, "state_dir": str(state_dir), "failopen_after_s": 6.0, "history_interval_s": 2.0,
+                   "log_level": "info"},
+        "profiler": {"tprof_s": 8, "nprof_gpus": 8, "capacity_gpus": 16},
+        "slurm": {"default_partition": "main"},
+    }
+    if db_url:
+        cfg["database"] = {"url": db_url}
+    for sec, vals in sections.items():
+        cfg.setdefault(sec, {}).update(vals)
+    lines = []
+    for sec, vals in cfg.items():
+        lines.append(f"[{sec}]")
+        for k, v in vals.items():
+            lines.append(f"{k} = {json.dumps(v)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class Lucidd:
+    """lucidd as a real process (what systemd would run)."""
+
+    def __init__(self, config: Path, log: Path, *extra):
+        self.config, self.log = config, log
+        self.extra = extra
+        self.proc = None
+
+    def start(self):
+        self.logf = open(self.log, "a")
+        self.proc = subprocess.Popen([str(VENV_BIN / "lucidd"), "--config", str(self.config), *self.extra],
+                                     stdout=self.logf, stderr=subprocess.STDOUT)
+        return self
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.logf.close()
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture
+def lucidd_factory(tmp_path):
+    made = []
+
+    def make(config, *extra, log_name="lucidd.log"):
+        d = Lucidd(config, tmp_path / log_name, *extra)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.stop(signal.SIGKILL, timeout=10)
+
+
+def failopen(config) -> subprocess.CompletedProcess:
+    return subprocess.run([str(VENV_BIN / "lucidd-failopen"), "--config", str(config)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def partition_up(name) -> bool:
+    return "State=UP" in sh("scontrol", "-o", "show", "partition", name)

@@ -1,0 +1,272 @@
+"""lucidd against a real slurmctld/slurmd/slurmdbd (and PostgreSQL): what issue 10 must show.
+
+Times are compressed (Tprof 8 s, a reconcile every second); everything else is as deployed:
+job_submit.lua routes jobs to the DOWN inbox, lucidd runs as its own process, jobs are plain
+`sbatch` sleep jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from lucidd.live.store import Store
+
+from .conftest import (TC, active_jobs, failopen, partition_up, sacct_runs, sbatch, sh, squeue, wait_until,
+                       write_config)
+
+pytestmark = pytest.mark.slurm
+
+
+def _runs_ok(runs, job_id):
+    assert all(state != "FAILED" for _, state, _ in runs[job_id]), runs[job_id]
+
+
+def test_profiling_route_skips_and_history(clean_cluster, tmp_path, job_script, lucidd_factory):
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
+    daemon = lucidd_factory(cfg).start()
+    short = [sbatch(job_script, 2, f"--gres=gpu:{g}", name=f"short{g}") for g in (1, 2, 4)]
+    long_main = sbatch(job_script, 20, "--gres=gpu:2", name="long-main")
+    long_research = sbatch(job_script, 20, "-p", "research", "--gpus=1", name="long-research")
+    no_requeue = sbatch(job_script, 4, "--no-requeue", "--gres=gpu:1", name="no-requeue")
+    big = sbatch(job_script, 4, "-N", "2", "--gres=gpu:8", name="big16")
+    opted_out = sbatch(job_script, 3, "--gres=gpu:1", "--comment", "lucid:noprofile please", name="optout")
+    ids = [*short, long_main, long_research, no_requeue, big, opted_out]
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] in ids], 150, "all jobs to finish")
+    time.sleep(3)  # one more reconcile records the last ends and reads sacct
+    runs = sacct_runs(ids)
+    for j in ids:
+        _runs_ok(runs, j)
+    for j in short:  # ended inside Tprof: never reached main
+        assert [r[:2] for r in runs[j]] == [("profiling", "COMPLETED")], runs[j]
+    for j, part in ((long_main, "main"), (long_research, "research")):  # restarted once, in their own partition
+        assert [r[:2] for r in runs[j]] == [("profiling", "REQUEUED"), (part, "COMPLETED")], runs[j]
+        out = (tmp_path / f"{j}.out").read_text()
+        assert "part=profiling restarts=0" in out and f"part={part} restarts=1" in out  # JobFileAppend=1
+    for j in (no_requeue, big, opted_out):  # skipped profiling
+        assert [r[:2] for r in runs[j]] == [("main", "COMPLETED")], runs[j]
+    assert daemon.stop() == 0
+    assert partition_up("inbox"), "an orderly stop opens the inbox"
+
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+    rows = store.jobs(ids)
+    assert rows[long_main].profile == "released" and rows[long_main].requeued_at
+    assert rows[short[0]].profile == "finished" and "never reached" in rows[short[0]].profile_reason
+    assert "no-requeue" in rows[no_requeue].profile_reason
+    assert "Nprof" in rows[big].profile_reason
+    assert "lucid:noprofile" in rows[opted_out].profile_reason
+    # each action once: profile/requeue/release keys are unique and applied
+    requeues = [a for j in ids for a in store.actions_for(j) if a.kind == "requeue"]
+    assert sorted(a.job_id for a in requeues) == sorted([long_main, long_research])
+    # history for the models: sacct's rows with lucidd's original submit time (Slurm resets it on requeue)
+    hist = {h.job_id: h for h in store.history(0)}
+    assert long_main in hist and hist[long_main].submit_time == rows[long_main].original_submit
+    assert hist[long_main].partition == "main"
+    # one decision path: every recorded live cycle replays to the same decisions in the simulator's objects
+    from orchestrator.live import replay_recorded
+
+    recorded = [json.loads(c.recorded) for c in store.recorded_cycles()]
+    assert any(r["decisions"]["profile"] for r in recorded) and any(r["decisions"]["site_factors"] for r in recorded)
+    for r in recorded:
+        again = replay_recorded(r)
+        assert again["site_factors"] == r["decisions"]["site_factors"]
+        assert sorted(again["profile"]) == sorted(r["decisions"]["profile"])
+        assert again["profile"] == sorted(again["profile"], key=lambda jid: next(
+            (d["gpus"], d["job_id"]) for d in r["inbox"] if d["job_id"] == jid))
+
+
+def test_lucid_order_as_sitefactor(clean_cluster, tmp_path, job_script, lucidd_factory):
+    """Pending jobs start in Lucid's order (estimate x GPUs; same estimate here, so fewer GPUs first)."""
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
+    daemon = lucidd_factory(cfg).start()
+    blocker = sbatch(job_script, 12, "-w", "gpu1", "--exclusive", "--gres=gpu:8", "--comment", "lucid:noprofile",
+                     name="blocker")
+    wait_until(lambda: any(j["job_id"] == blocker and j["job_state"] == "RUNNING" for j in squeue()), 30,
+               "the blocker to run")
+    order = [8, 1, 4, 2]
+    ids = {sbatch(job_script, 1, "-w", "gpu1", "--exclusive", f"--gres=gpu:{g}", "--comment", "lucid:noprofile",
+                  name=f"o{g}"): g for g in order}
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] in ids or j["job_id"] == blocker], 120,
+               "ordered jobs to finish")
+    runs = sacct_runs(list(ids))
+    started = sorted(ids, key=lambda j: (runs[j][-1][2], j))
+    daemon.stop()
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+    rows = store.jobs(list(ids))
+    # Slurm started them exactly in lucidd's SiteFactor order ...
+    assert started == sorted(ids, key=lambda j: -rows[j].site_factor), {ids[j]: runs[j] for j in ids}
+    # ... which is Lucid's: estimate x GPUs, smallest first (estimates here come from the finished
+    # jobs sacct reported, same-GPU-count means, or the 1 h default on a fresh cluster)
+    size = {j: rows[j].estimate_s * ids[j] for j in ids}
+    assert sorted(ids, key=lambda j: -rows[j].site_factor) == sorted(ids, key=lambda j: (size[j], j))
+    assert all(2 <= rows[j].site_factor <= 2147483645 for j in ids)
+    assert all("estimate x GPUs" in rows[j].order_reason for j in ids)
+
+
+def test_kill9_failopen_then_resume_without_second_requeue(clean_cluster, tmp_path, job_script, lucidd_factory):
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
+    daemon = lucidd_factory(cfg).start()
+    first = [sbatch(job_script, 25, "--gres=gpu:1", name=f"long{k}") for k in range(3)]
+    # wait until lucidd has requeued and released at least one of them
+    wait_until(lambda: any(j["job_id"] in first and j["partition"] == "main" and j["job_state"] == "RUNNING"
+                           for j in squeue()), 60, "a profiled job to run in main")
+    daemon.proc.send_signal(signal.SIGKILL)
+    daemon.proc.wait(10)
+    killed_at = time.time()
+    later = [sbatch(job_script, 3, "--gres=gpu:1", name=f"late{k}") for k in range(2)]
+    later.append(sbatch(job_script, 3, "-p", "research", "--gres=gpu:1", name="late-research"))
+
+    # the systemd timer's job: run lucidd-failopen every second until it has opened the inbox
+    def opened():
+        r = failopen(cfg)
+        assert r.returncode == 0, r.stderr
+        return partition_up("inbox")
+
+    wait_until(opened, 30, "lucidd-failopen to open the inbox", step=1)
+    bound = time.time() - killed_at
+    assert bound < 6 + 5, f"fail-open took {bound:.0f}s"
+    wait_until(lambda: not [j for j in squeue() if j["partition"] == "inbox" and j["job_state"] == "PENDING"], 20,
+               "no job left waiting in the inbox")
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] in later], 60, "late jobs to finish")
+    runs = sacct_runs(later)
+    assert runs[later[2]][-1][0] == "research", "fail-open releases a job to the partition it asked for"
+    # restart lucidd: it closes the inbox and resumes from its database
+    daemon2 = lucidd_factory(cfg, log_name="lucidd2.log").start()
+    wait_until(lambda: not partition_up("inbox"), 30, "lucidd to close the inbox again")
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] in first], 120, "first jobs to finish")
+    daemon2.stop()
+    runs = sacct_runs(first)
+    for j in first:
+        _runs_ok(runs, j)
+        assert sum(1 for r in runs[j] if r[1] == "REQUEUED") <= 1, runs[j]
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+    for j in first:
+        assert len([a for a in store.actions_for(j) if a.kind == "requeue"]) <= 1
+
+
+def test_slurmctld_restart_while_lucidd_runs(clean_cluster, tmp_path, job_script, lucidd_factory):
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state", slurm={"command_timeout_s": 5.0,
+                                                                             "default_partition": "main"})
+    daemon = lucidd_factory(cfg).start()
+    time.sleep(2)
+    sh(str(TC), "ctld-stop")
+    try:
+        wait_until(lambda: "Slurm did not answer" in daemon.text(), 60, "lucidd to notice slurmctld is gone")
+        time.sleep(3)
+        assert daemon.proc.poll() is None, "lucidd must wait for slurmctld, not exit"
+    finally:
+        sh(str(TC), "ctld-start", timeout=120)
+    job = sbatch(job_script, 2, "--gres=gpu:1", name="after-restart")
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] == job], 90, "the job to finish")
+    assert sacct_runs([job])[job][-1][:2] == ("profiling", "COMPLETED")
+    daemon.stop()
+    assert "Slurm did not answer" in daemon.text()
+
+
+def _fresh_pg_database(base_url: str, name: str) -> str:
+    import psycopg
+
+    plain = base_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(plain, autocommit=True) as c:
+        c.execute(f"DROP DATABASE IF EXISTS {name}")
+        c.execute(f"CREATE DATABASE {name}")
+    return base_url.rsplit("/", 1)[0] + "/" + name
+
+
+def test_postgres_down_opens_inbox_and_resumes(clean_cluster, tmp_path, job_script, lucidd_factory):
+    url = _fresh_pg_database(clean_cluster["LUCIDD_TEST_PG_URL"], f"lucidd_t{os.getpid()}")
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state", db_url=url)
+    daemon = lucidd_factory(cfg).start()
+    wait_until(lambda: not partition_up("inbox") and "started" in daemon.text(), 30, "lucidd on PostgreSQL")
+    sh(str(TC), "pg-stop")
+    try:
+        wait_until(lambda: partition_up("inbox"), 30, "lucidd to open the inbox when its database is gone")
+        assert "database unavailable" in daemon.text()
+        job = sbatch(job_script, 2, "--gres=gpu:1", name="db-down")
+        wait_until(lambda: not [j for j in active_jobs() if j["job_id"] == job], 60, "a job to run without the database")
+        assert daemon.proc.poll() is None
+    finally:
+        sh(str(TC), "pg-start", timeout=120)
+    wait_until(lambda: not partition_up("inbox"), 40, "lucidd to resume and close the inbox")
+    assert "database is back" in daemon.text()
+    job = sbatch(job_script, 2, "--gres=gpu:1", name="db-back")
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] == job], 60, "a job after the database is back")
+    assert sacct_runs([job])[job][-1][:2] == ("profiling", "COMPLETED")
+    wait_until(lambda: Store(url).job(job).profile == "finished", 20, "lucidd to record the job's end")
+    daemon.stop()
+
+
+def test_odd_names_and_comments_pass_through(clean_cluster, tmp_path, job_script, lucidd_factory):
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
+    daemon = lucidd_factory(cfg).start()
+    name = "odd ;$(touch x) `id` 'q' \"dq\" ünï ✓"
+    comment = "line1\nline2 \"c\" $(rm -rf /) ✓"
+    job = sbatch(job_script, 12, "--gres=gpu:1", "--comment", comment, name=name)
+    wait_until(lambda: any(j["job_id"] == job and j["partition"] != "inbox" for j in squeue()), 30, "lucidd to move it")
+    rec = next(j for j in squeue() if j["job_id"] == job)
+    assert rec["name"] == name and rec["comment"] == comment
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] == job], 60, "the job to finish")
+    assert not (tmp_path / "x").exists()
+    daemon.stop()
+    assert Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}").job(job).name == name
+
+
+def test_malformed_and_failing_slurm_replies_are_retried(clean_cluster, tmp_path, job_script, lucidd_factory):
+    """squeue behind a faulty proxy: garbage, then an error, then the real reply."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    count = tmp_path / "count"
+    real = {c: sh("bash", "-c", f"command -v {c}").strip() for c in ("squeue", "sinfo", "sacct", "scontrol")}
+    for c, path in real.items():
+        (bin_dir / c).symlink_to(path)
+    (bin_dir / "squeue").unlink()
+    (bin_dir / "squeue").write_text(f"""#!/bin/bash
+n=$(cat {count} 2>/dev/null || echo 0); echo $((n+1)) > {count}
+if [ "$n" -lt 2 ]; then echo '{{"jobs": [garbage'; exit 0; fi
+if [ "$n" -lt 4 ]; then echo 'squeue: error: Unable to contact slurm controller (connect failure)' >&2; exit 1; fi
+exec {real['squeue']} "$@"
+""")
+    (bin_dir / "squeue").chmod(0o755)
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state", slurm={"bin_dir": str(bin_dir),
+                                                                             "default_partition": "main"})
+    daemon = lucidd_factory(cfg).start()
+    job = sbatch(job_script, 2, "--gres=gpu:1", name="after-garbage")
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] == job], 60, "the job to finish")
+    assert daemon.proc.poll() is None
+    daemon.stop()
+    text = daemon.text()
+    assert "malformed JSON" in text and "Unable to contact slurm controller" in text
+    assert "Traceback" not in text
+
+
+def test_dry_run_changes_nothing(clean_cluster, tmp_path, job_script, lucidd_factory):
+    sh("scontrol", "update", "partitionname=inbox", "state=UP")  # shadow mode: the admin keeps it open
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
+    daemon = lucidd_factory(cfg, "--dry-run").start()
+    blocker = sbatch(job_script, 6, "-p", "main", "-w", "gpu1", "--exclusive", "--gres=gpu:8", name="b")
+    job = sbatch(job_script, 2, "-p", "main", "-w", "gpu1", "--exclusive", "--gres=gpu:1", name="dry")
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] in (job, blocker)], 60, "jobs to finish")
+    daemon.stop()
+    assert partition_up("inbox")
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+    acts = store.actions_for(job)
+    assert acts and all(a.status == "dry-run" for a in acts)
+    assert sacct_runs([job])[job][-1][0] == "inbox"  # Slurm ran it where it was; lucidd moved nothing
+
+
+def test_once_exit_codes(slurm_cluster, tmp_path):
+    from .conftest import VENV_BIN
+
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
+    ok = subprocess.run([str(VENV_BIN / "lucidd"), "--config", str(cfg), "--once", "--dry-run"], capture_output=True,
+                        text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    bad = write_config(tmp_path / "bad.toml", tmp_path / "state", slurm={"bin_dir": str(tmp_path / "nothing")})
+    r = subprocess.run([str(VENV_BIN / "lucidd"), "--config", str(bad), "--once"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and "not found" in r.stderr
