@@ -63,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--skip-bad-rows", action="store_true", help="drop malformed trace rows (counted and reported) instead of failing")
     s.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    s.add_argument("--scale-nodes", type=float, metavar="F",
+                   help="what-if sizing: every VC's node count x F, rounded, never below its largest job (e.g. 0.8)")
+    slurm = s.add_argument_group("slurm baseline (docs/simulator.md)")
+    slurm.add_argument("--limit-rule", metavar="RULE",
+                       help="users' time limits from durations: increasing hours to round up to (default "
+                            "1,2,4,8,12,24,48,72,168), 'exact', or 'xF' (F x duration, F >= 1)")
 
     sub.add_parser("status", help="daemon status (needs a running lucidd)")
     sub.add_parser("queue", help="pending jobs in lucidd's order (needs a running lucidd)")
@@ -83,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--tail-slack", type=float, default=0.0,
                    help="allowed relative excess of p99.9/avg queue over the reference (default 0.0; e.g. 0.05 = 5%%)")
     t.add_argument("--workers", type=int, help="parallel replays (default: up to 4 CPUs; >= 1)")
+    t.add_argument("--scale-nodes", type=float, metavar="F", help="as for simulate: every VC's node count x F")
     t.add_argument("--out", default="tune-out", help="where proposal.json and tuning_points.csv go (default ./tune-out)")
     for flag in ("--colocation", "--profiles"):
         t.add_argument(flag, help="as for simulate")
@@ -204,6 +211,14 @@ def _check_args(args) -> None:
     _check_int(args, "starvation_s", lo=1, what=" second(s)")
     _check_int(args, "aging_halflife_s", lo=0, what=" second(s) (0: no aging)")
     _check_int(args, "workers", lo=1)
+    if getattr(args, "scale_nodes", None) is not None:
+        from .cluster import check_scale_factor
+
+        check_scale_factor(args.scale_nodes)
+    if getattr(args, "limit_rule", None) is not None:
+        from .policies.slurm_backfill import parse_limit_rule
+
+        parse_limit_rule(args.limit_rule)
     if args.nodes is not None and args.vc_config:
         raise ConfigError(f"--nodes {args.nodes} and --vc-config {args.vc_config}: give one of them "
                           "(--nodes makes one VC of that many nodes, --vc-config lists the VCs)")
@@ -281,9 +296,11 @@ def _experiment_from_args(args, what: str):
     if args.start is not None and not getattr(args, "no_prior", False):
         prior = load_trace(trace_path, args.format, end=args.start, skip_bad_rows=True)
     exp = make_experiment(loaded, vc_config=vc_config, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                          estimates_path=getattr(args, "estimates", None), prior=prior)
+                          estimates_path=getattr(args, "estimates", None), prior=prior,
+                          scale_nodes=getattr(args, "scale_nodes", None))
     exp.options.update({k: getattr(args, k) for k in ("colocation", "profiles", "tprof", "cprof", "nprof", "gss",
                                                        "starvation_s", "aging_halflife_s")})
+    exp.options["limit_rule"] = getattr(args, "limit_rule", None)  # the slurm baseline's time limits
     _check_cluster_args(args, exp)
     return loaded, exp
 

@@ -115,6 +115,37 @@ def size_cluster_from_trace(jobs: pd.DataFrame, gpus_per_node: int = 8, nodes: i
     return spec
 
 
+def check_scale_factor(factor) -> float:
+    """`--scale-nodes F`: a number above 0 (and at most 100); ConfigError naming the flag otherwise."""
+    try:
+        f = float(factor)
+    except (TypeError, ValueError):
+        f = math.nan
+    if not (math.isfinite(f) and 0 < f <= 100):
+        shown = str(factor) if math.isnan(f) else f"{f:g}"
+        raise ConfigError(f"--scale-nodes {shown}: must be a number above 0 and at most 100 (0.8: 20 % fewer nodes)")
+    return f
+
+
+def scale_cluster(spec: ClusterSpec, factor: float, jobs: pd.DataFrame | None = None) -> tuple[ClusterSpec, list]:
+    """What-if sizing (`--scale-nodes F`): every VC's node count x F, rounded half up, and never
+    fewer nodes than the VC's largest job in `jobs` needs (nor fewer than 1).
+
+    Returns the scaled spec and the names of the VCs kept above their rounded count that way."""
+    f = check_scale_factor(factor)
+    largest = jobs.groupby("vc")["gpu_num"].max().to_dict() if jobs is not None and len(jobs) else {}
+    out = ClusterSpec(source=f"{spec.source}, nodes x{f:g}")
+    raised = []
+    for name, vc in spec.vcs.items():
+        n = max(1, math.floor(vc.nodes * f + 0.5))
+        need = math.ceil(int(largest.get(name, 0)) / vc.gpus_per_node)
+        if need > n:
+            n = need
+            raised.append(name)
+        out.vcs[name] = VCSpec(name, n, vc.gpus_per_node)
+    return out, raised
+
+
 def check_trace_fits(jobs: pd.DataFrame, spec: ClusterSpec, path: str = "trace") -> None:
     """Every job must name a configured VC and fit in it; name the first offending row."""
     vcs = spec.vcs

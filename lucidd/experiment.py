@@ -12,7 +12,7 @@ from typing import Callable
 
 import pandas as pd
 
-from .cluster import ClusterSpec, check_trace_fits, load_vc_config, size_cluster_from_trace
+from .cluster import ClusterSpec, check_trace_fits, load_vc_config, scale_cluster, size_cluster_from_trace
 from .errors import ConfigError
 from .estimates import history_estimates, load_estimates
 from .metrics import SUMMARY_COLUMNS, summarize
@@ -86,11 +86,12 @@ class Experiment:
 
 
 def make_experiment(loaded, vc_config=None, nodes=None, gpus_per_node=8, estimates_path=None,
-                    prior=None) -> Experiment:
+                    prior=None, scale_nodes=None) -> Experiment:
     """Build the cluster for a loaded trace and check every job fits it.
 
     `prior`: a LoadedTrace (or frame) of the same trace before the window; only its jobs submitted
-    before the window's first job are kept, as training history for the models."""
+    before the window's first job are kept, as training history for the models.
+    `scale_nodes`: multiply every VC's node count (cluster.scale_cluster), after the fit check."""
     jobs = loaded.jobs
     prior_jobs = None
     if prior is not None and len(jobs):
@@ -105,8 +106,15 @@ def make_experiment(loaded, vc_config=None, nodes=None, gpus_per_node=8, estimat
         if nodes is not None:
             jobs = jobs.assign(vc="all")
     check_trace_fits(jobs, spec, loaded.path)
+    notes = []
+    if scale_nodes is not None:  # what-if sizing; a config too small for a job was reported just above
+        scaled, raised = scale_cluster(spec, scale_nodes, jobs)
+        notes.append(f"--scale-nodes {float(scale_nodes):g}: {spec.total_nodes} -> {scaled.total_nodes} nodes"
+                     + (f" (raised to hold the VC's largest job: {', '.join(raised[:8])}"
+                        f"{' ...' if len(raised) > 8 else ''})" if raised else ""))
+        spec = scaled
     est = load_estimates(estimates_path) if estimates_path else None
-    return Experiment(trace=jobs, spec=spec, path=loaded.path, origin=loaded.origin, estimates=est,
+    return Experiment(trace=jobs, spec=spec, path=loaded.path, origin=loaded.origin, estimates=est, notes=notes,
                       prior=prior_jobs if prior_jobs is not None and len(prior_jobs) else None)
 
 

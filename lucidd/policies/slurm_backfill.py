@@ -88,6 +88,7 @@ def parse_limit_rule(text) -> LimitRule:
     if text is None:
         return LimitRule()
     s = str(text).strip().lower().replace(" ", "")
+    shown = str(text) if s else repr(text)
     if s == "exact":
         return LimitRule(kind="exact", steps_s=(), text="exact")
     if s.startswith("x"):
@@ -96,18 +97,18 @@ def parse_limit_rule(text) -> LimitRule:
         except ValueError:
             f = float("nan")
         if not math.isfinite(f) or f < 1:
-            raise ConfigError(f"--limit-rule {text!r}: a factor must be a number >= 1 (a limit below the "
+            raise ConfigError(f"--limit-rule {shown}: a factor must be a number >= 1 (a limit below the "
                               f"duration would kill jobs); {_RULE_HELP}")
         return LimitRule(kind="factor", steps_s=(), factor=f, text=f"x{f:g}")
     try:
         hours = [float(p) for p in s.split(",")]
     except ValueError:
-        raise ConfigError(f"--limit-rule {text!r}: {_RULE_HELP}") from None
+        raise ConfigError(f"--limit-rule {shown}: {_RULE_HELP}") from None
     if not hours or not all(math.isfinite(h) and h > 0 for h in hours):
-        raise ConfigError(f"--limit-rule {text!r}: steps must be positive hours; {_RULE_HELP}")
+        raise ConfigError(f"--limit-rule {shown}: steps must be positive hours; {_RULE_HELP}")
     steps = tuple(int(round(h * 3600)) for h in hours)
     if any(b <= a for a, b in zip(steps, steps[1:])) or steps[0] < 1:
-        raise ConfigError(f"--limit-rule {text!r}: steps must be strictly increasing; {_RULE_HELP}")
+        raise ConfigError(f"--limit-rule {shown}: steps must be strictly increasing; {_RULE_HELP}")
     return LimitRule(kind="steps", steps_s=steps, text=",".join(f"{h:g}" for h in hours))
 
 

@@ -232,3 +232,59 @@ def test_slurm_is_a_default_baseline_and_runs_on_the_sample():
     exact = exp.run("slurm").jobs  # limits also let long jobs slip ahead of later reservations)
     assert (exact["end_time"] - exact["start_time"] == exact["duration"]).all()
     assert not exact["start_time"].equals(s["start_time"])
+
+
+# ----- CLI: --limit-rule and --scale-nodes ----------------------------------------------------
+
+def test_cli_limit_rule_reaches_the_policy_and_bad_values_exit_2(tmp_path, capsys):
+    from lucidd.cli import main
+
+    out = tmp_path / "o"
+    assert main(["simulate", "--policies", "slurm", "--limit-rule", "exact", "--out", str(out), "--no-progress",
+                 "--no-plots"]) == 0
+    jobs = pd.read_csv(out / "jobs_slurm.csv")
+    assert len(jobs) == 2500
+    capsys.readouterr()
+    for bad in ("x0.5", "1,1", "hours"):
+        assert main(["simulate", "--policies", "slurm", "--limit-rule", bad, "--out", str(tmp_path / "b"),
+                     "--no-progress", "--no-plots"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("lucidctl: error: --limit-rule") and err.count("\n") == 1
+    assert not (tmp_path / "b").exists()  # refused before any work
+
+
+def test_scale_cluster_rounds_and_keeps_the_largest_job():
+    from lucidd.cluster import scale_cluster
+
+    spec = ClusterSpec({"a": VCSpec("a", 10, 8), "b": VCSpec("b", 2, 8), "c": VCSpec("c", 5, 4)})
+    jobs = pd.DataFrame({"vc": ["a", "b", "b", "c"], "gpu_num": [8, 16, 1, 4]})
+    small, raised = scale_cluster(spec, 0.45, jobs)
+    assert {k: v.nodes for k, v in small.vcs.items()} == {"a": 5, "b": 2, "c": 2}  # 4.5 -> 5; b holds 16 GPUs
+    assert raised == ["b"] and small.vcs["c"].gpus_per_node == 4
+    big, raised = scale_cluster(spec, 1.2, jobs)
+    assert {k: v.nodes for k, v in big.vcs.items()} == {"a": 12, "b": 2, "c": 6} and raised == []
+    assert scale_cluster(spec, 0.01)[0].total_nodes == 3  # never below one node
+    for bad in (0, -1, float("nan"), float("inf"), "abc", 1000):
+        with pytest.raises(ConfigError, match="--scale-nodes"):
+            scale_cluster(spec, bad, jobs)
+
+
+def test_cli_scale_nodes_shrinks_the_cluster_and_bad_values_exit_2(tmp_path, capsys):
+    import json
+
+    from lucidd.cli import main
+
+    assert main(["--json", "simulate", "--policies", "fifo", "--scale-nodes", "0.5", "--out", str(tmp_path / "o"),
+                 "--no-progress", "--no-plots"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert {k: v["nodes"] for k, v in d["cluster"].items()} == {"vcA": 2, "vcB": 4, "vcC": 1}  # from 4, 6, 2
+    assert any("--scale-nodes 0.5: 12 -> 7 nodes" in n and "vcB" in n for n in d["notes"])
+    for cmd in ("simulate", "tune"):
+        for bad in ("0", "-0.2", "nan", "x"):
+            try:
+                rc = main([cmd, "--scale-nodes", bad, "--out", str(tmp_path / "b")])
+            except SystemExit as exc:  # argparse's own refusal (not a number), same contract
+                rc = exc.code
+            assert rc == 2
+            err = capsys.readouterr().err
+            assert "--scale-nodes" in err and err.count("\n") == 1
