@@ -24,7 +24,8 @@ class FakeSlurm:
         """A fake command: records its argv, then runs `body` (sh)."""
         path = self.bin / name
         path.write_text("#!/bin/sh\n"
-                        f"{{ printf '{_REC}%s' \"$(basename \"$0\")\"; printf '\\0%s' \"$@\"; }} >> {shlex.quote(str(self.log))}\n"
+                        f"{{ printf '{_REC}%s' \"$(basename \"$0\")\"; printf '\\0%s' \"$@\"; }} "
+                        f">> {shlex.quote(str(self.log))}\n"
                         f"{body}\n")
         path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         return path

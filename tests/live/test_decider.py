@@ -32,7 +32,8 @@ def decider(tmp_path):
 
 
 def lj(job_id, gpus=1, partition="inbox", state="PENDING", **kw):
-    return LiveJob(job_id=job_id, name=kw.pop("name", f"job{job_id}"), user=kw.pop("user", "alice"), account=kw.pop("account", "lab"),
+    return LiveJob(job_id=job_id, name=kw.pop("name", f"job{job_id}"), user=kw.pop("user", "alice"),
+                   account=kw.pop("account", "lab"),
                    partition=partition, state=state, gpus=gpus, submit_time=kw.pop("submit_time", NOW - 10), **kw)
 
 

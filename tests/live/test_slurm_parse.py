@@ -115,7 +115,8 @@ def test_sinfo_node_states():
     data = {"nodes": [
         {"name": "d", "state": "down", "gres": "gpu:8"},
         {"name": "dr", "state": "idle", "state_flags": ["DRAIN"], "gres": "gpu:8"},
-        {"name": "m", "state": ["MIXED"], "state_flags": [], "gres": "gpu:a100:4(S:0-1)", "gres_used": "gpu:a100:2(IDX:0-1)"},
+        {"name": "m", "state": ["MIXED"], "state_flags": [], "gres": "gpu:a100:4(S:0-1)",
+         "gres_used": "gpu:a100:2(IDX:0-1)"},
         {"name": "", "state": "idle"},  # no name: skipped
         {"state": "idle"},
         {"name": "nr", "state": "idle", "state_flags": ["NOT_RESPONDING"], "gres": ""},

@@ -86,7 +86,8 @@ def test_verify_would_notice_a_broken_unit(tmp_path):
     """The check above can fail: a misspelt key and a bad value are reported with our file's name."""
     def edit(name, text):
         if name == "lucidd.service":
-            text = text.replace("WatchdogSec=120s", "WatchdogSec=two minutes").replace("[Install]", "Restat=always\n[Install]")
+            text = text.replace("WatchdogSec=120s", "WatchdogSec=two minutes")
+            text = text.replace("[Install]", "Restat=always\n[Install]")
         return text
 
     files = copy_for_verify(tmp_path, edit=edit)
