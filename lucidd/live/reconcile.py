@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..backends.base import Backend, BackendError, ClusterSnapshot, LiveJob
-from .store import CycleRow, JobRow, Store, StoreError
+from .store import CycleRow, JobRow, Store
 
 log = logging.getLogger("lucidd")
 
@@ -201,7 +201,6 @@ class Reconciler:
         in_profiling = [seen[jid] for jid, r in records.items() if seen[jid].partition == self.profiling]
         waiting = [seen[jid] for jid in records if seen[jid].pending and self.is_managed(seen[jid].partition)]
         prof_gpus = sum(n.gpus for n in snap.nodes.values() if self.profiling in n.partitions and n.usable)
-        releasing_ids = {j.job_id for j in releasing}
         inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus)
         plan = self.decider.decide(inp)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
@@ -221,7 +220,6 @@ class Reconciler:
             n += 1
         elif inbox is None and not self.dry_run:
             log.error("partition %s does not exist: new jobs bypass lucidd (docs/deploy.md)", self.inbox)
-        del releasing_ids
         return n, recorded
 
     def _close(self, r: JobRow, j: LiveJob | None, now: int):

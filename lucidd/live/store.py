@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from sqlalchemy import (BigInteger, Boolean, Float, Integer, String, Text, create_engine, delete, event, func,
                         select)
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from ..errors import LucidError
 

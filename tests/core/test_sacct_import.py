@@ -349,21 +349,6 @@ def test_live_goes_through_slurm_runner(tmp_path, capsys):
 
 # ----- the live cluster ------------------------------------------------------------------------
 
-try:  # the real-Slurm tier's session fixture: reuses a running test cluster, or starts one (as root)
-    from tests.slurm.conftest import slurm_cluster  # noqa: F401
-except ImportError:  # pragma: no cover - without the tier: use a cluster SLURM_CONF points at, or skip
-    @pytest.fixture(scope="session")
-    def slurm_cluster():
-        conf = os.environ.get("SLURM_CONF")
-        try:
-            ok = bool(conf) and subprocess.run(["sinfo", "-h"], capture_output=True, timeout=10).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            ok = False
-        if not ok:
-            pytest.skip("needs a reachable Slurm cluster (SLURM_CONF)")
-        return {"SLURM_CONF": conf}
-
-
 @pytest.mark.slurm
 def test_live_import_from_the_test_cluster(slurm_cluster, tmp_path, capsys):
     trace, vcs = tmp_path / "live.csv", tmp_path / "vcs.csv"

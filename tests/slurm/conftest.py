@@ -18,46 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import TC  # noqa: F401 - test modules import it from here; slurm_cluster lives there too
 
-TC = REPO / "scripts" / "testcluster.sh"
 VENV_BIN = Path(sys.executable).parent
-
-
-def _env_from_script():
-    out = subprocess.run([str(TC), "env"], capture_output=True, text=True, check=True).stdout
-    env = {}
-    for line in out.splitlines():
-        if line.startswith("export "):
-            k, v = line[len("export "):].split("=", 1)
-            env[k] = v
-    return env
-
-
-def _ping(env) -> bool:
-    try:
-        return subprocess.run(["scontrol", "ping"], env={**os.environ, **env}, capture_output=True,
-                              timeout=10).returncode == 0 and subprocess.run(
-            ["sinfo", "-h"], env={**os.environ, **env}, capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    env = _env_from_script()
-    started = False
-    if not _ping(env):
-        if os.geteuid() != 0:
-            pytest.skip("the real-Slurm tier needs root to start scripts/testcluster.sh")
-        proc = subprocess.run([str(TC), "start"], capture_output=True, text=True, timeout=600)
-        if proc.returncode != 0:
-            pytest.skip(f"test cluster did not start: {proc.stderr.strip()[-500:]}")
-        started = True
-    os.environ.update(env)
-    yield env
-    if started and os.environ.get("LUCIDD_TC_KEEP") != "1":
-        subprocess.run([str(TC), "stop"], capture_output=True, timeout=120)
 
 
 def sh(*argv, check=True, timeout=60, **kw) -> str:
