@@ -273,6 +273,14 @@ def _check_cluster_args(args, exp) -> None:
                               "or less, or a larger --cprof")
 
 
+def _trace_words(given: str, path: str) -> str:
+    """The trace as a plot title names it: its folder and file (Venus' file is plain jobs.csv)."""
+    if given == "sample":
+        return "bundled sample trace"
+    parent = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    return f"{parent}/{os.path.basename(path)}" if parent else os.path.basename(path)
+
+
 def _cluster_words(spec) -> str:
     return f"{len(spec.vcs)} VC{'s' if len(spec.vcs) != 1 else ''}, {spec.total_nodes} nodes, {spec.total_gpus} GPUs"
 
@@ -336,7 +344,7 @@ def cmd_simulate(args) -> int:
             results.append(exp.run(policy, on_progress=bar.update))
         timings[policy] = time.perf_counter() - t0
     out.clear()  # an earlier run's files: never mixed with this run's
-    title = f"{os.path.basename(loaded.path)}: {len(exp.trace):,} jobs on {_cluster_words(exp.spec)}"
+    title = f"{_trace_words(args.trace, loaded.path)}: {len(exp.trace):,} jobs on {_cluster_words(exp.spec)}"
     summary = write_results(results, args.out, plots=not args.no_plots, title=title)
     if any(p.startswith("lucid") for p in policies):  # the models behind `lucidctl explain job ID --sim-out`
         from orchestrator.artifacts import save_models

@@ -409,3 +409,15 @@ def test_jct_cdf_lines_differ_and_the_title_names_the_trace(sample_results):
         assert "sample_trace.csv" in fig.axes[0].get_title()
     finally:
         plt.close(fig)
+
+
+def test_plot_titles_name_the_trace_and_the_cluster(tmp_path, capsys, monkeypatch, small_trace):
+    import lucidd.plots
+
+    titles = []
+    for name in ("plot_jct_cdf", "plot_timeline"):
+        monkeypatch.setattr(lucidd.plots, name, lambda results, path, title=None, **kw: titles.append(title))
+    rc, _, err = run(["simulate", "--trace", str(small_trace), "--nodes", "2", "--policies", "fifo,sjf",
+                      "--no-progress", "--out", str(tmp_path / "o")], capsys)
+    assert rc == 0, err
+    assert titles == [f"{small_trace.parent.name}/small.csv: 3 jobs on 1 VC, 2 nodes, 16 GPUs"] * 2
