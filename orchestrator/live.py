@@ -190,10 +190,10 @@ class LucidDecider(Decider):
         used = 0
         for j in inp.profiling:
             r = inp.records.get(j.job_id)
-            if r is None or r.profile in ("requeued", "released", "abandoned"):
-                continue
-            used += j.gpus
-            if j.state != "RUNNING" or not j.start_time:
+            if r is None or r.profile in ("requeued", "released"):
+                continue  # waiting to leave: holds no GPU
+            used += j.gpus  # abandoned jobs still run in profiling and hold their GPUs
+            if r.profile == "abandoned" or j.state != "RUNNING" or not j.start_time:
                 continue
             ran = now - j.start_time
             if ran > tprof + grace:

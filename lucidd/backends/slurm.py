@@ -202,7 +202,7 @@ def parse_job(rec: dict) -> LiveJob:
         requeue=bool(rec.get("requeue", True)),
         comment=rec.get("comment") or "",
         admin_comment=rec.get("admin_comment") or "",
-        array_pending=bool(array_str) and rec.get("array_task_id") in (None, "", 0) and "-" in array_str,
+        array_pending=bool(array_str),  # only a not yet split array record has a task string ('1-9', '1,3,5')
         priority=_int(rec.get("priority"), 0) or 0,
     )
 
@@ -211,8 +211,10 @@ def parse_squeue(data: dict) -> list[LiveJob]:
     jobs = []
     for rec in data.get("jobs") or []:
         try:
+            if not isinstance(rec, dict):
+                raise TypeError(f"a {type(rec).__name__}, not a job object")
             jobs.append(parse_job(rec))
-        except (KeyError, TypeError, ValueError) as exc:  # one odd record never stops the cycle
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # one odd record never stops the cycle
             log.warning("squeue: skipped a job record lucidd cannot read (%s): %.200r", exc, rec)
     return jobs
 
@@ -255,7 +257,9 @@ def sacct_rows(data: dict) -> list[dict]:
             state = rec.get("state") or {}
             tres = rec.get("tres") or {}
             gpus = 0
-            for key in ("allocated", "requested"):
+            # requested first: live jobs are seen with what they asked for (an --exclusive job asking
+            # for 1 GPU is allocated all of a node's), and the models compare the two
+            for key in ("requested", "allocated"):
                 for item in tres.get(key) or []:
                     if item.get("type") == "gres" and item.get("name") == "gpu":
                         gpus = max(gpus, int(item.get("count") or 0))

@@ -140,6 +140,8 @@ def _check(section: str, key: str, spec: Key, value):
         raise ConfigError(f"{where}: must be a number, got {value!r}")
     if want is str and not isinstance(value, str):
         raise ConfigError(f"{where}: must be a string, got {value!r}")
+    if want is float and value != value:  # NaN passes every comparison below
+        raise ConfigError(f"{where}: must be a number, got nan")
     if spec.min is not None and value < spec.min:
         raise ConfigError(f"{where}: must be >= {spec.min:g}, got {value!r}")
     if spec.max is not None and value > spec.max:
@@ -156,7 +158,7 @@ def config_from_dict(raw: dict, path: str | None = None) -> Config:
         if section not in SCHEMA:
             raise ConfigError(f"[{section}]: unknown section (known: {', '.join(SCHEMA)})")
         if not isinstance(raw[section], dict):
-            raise ConfigError(f"{section}: must be a [section] table")
+            raise ConfigError(f"[{section}]: must be a table ([{section}] followed by key = value lines)")
     sections = {}
     for section, keys in SCHEMA.items():
         given = raw.get(section, {})
@@ -174,6 +176,20 @@ def config_from_dict(raw: dict, path: str | None = None) -> Config:
         raise ConfigError("[slurm] profiling_partition: must differ from inbox_partition")
     if s["default_partition"] in (s["inbox_partition"], s["profiling_partition"]):
         raise ConfigError("[slurm] default_partition: must be a partition jobs run in, not the inbox or profiling")
+    d = sections["daemon"]
+    if d["failopen_after_s"] < 2 * d["interval_s"]:
+        raise ConfigError(f"[daemon] failopen_after_s: must be >= 2 x interval_s "
+                          f"({2 * d['interval_s']:g}), else lucidd-failopen opens the inbox between two "
+                          f"cycles of a running lucidd; got {d['failopen_after_s']:g}")
+    o = sections["ordering"]
+    if o["aging_halflife_s"] > 0:
+        # The aged key grows by 1 per half-life since 2026; SiteFactor must stay inside Slurm's range
+        # for decades, or every job would be clipped to the same value and Lucid's order lost.
+        span = o["points_per_doubling"] * (64 + 30 * 365 * 86400 / o["aging_halflife_s"])
+        if span > 9.0e8:
+            raise ConfigError(f"[ordering] points_per_doubling: {o['points_per_doubling']} with aging_halflife_s "
+                              f"{o['aging_halflife_s']} overflows Slurm's SiteFactor range within 30 years "
+                              f"(points_per_doubling x half-lives must stay below 9e8); lower one or raise the other")
     decider = sections["daemon"]["decider"]
     if ":" not in decider:
         raise ConfigError(f"[daemon] decider: must be 'module:Class', got {decider!r}")
@@ -192,6 +208,8 @@ def load_config(path: str) -> Config:
         raise ConfigError(f"{path}: is a directory") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
         return config_from_dict(raw, path)
     except ConfigError as exc:

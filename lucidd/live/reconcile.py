@@ -238,30 +238,66 @@ class Reconciler:
 
     # -- applying -------------------------------------------------------------------------------
     def _act(self, key, job_id, kind, args, reason, fn, now, idempotent=True) -> bool:
-        """Record, apply, mark. Returns True when Slurm took the change (or dry-run)."""
-        if idempotent and key in self.store.applied_keys([key]):
-            return False
+        """Record, apply, mark one action. Returns True when Slurm took the change (or dry-run)."""
+        return bool(self._act_batch([(key, job_id, kind, args, reason)], lambda ids: fn(), now,
+                                    idempotent=idempotent))
+
+    def _act_batch(self, items, fn, now, idempotent=True, applied=None) -> set:
+        """Apply one change to several jobs with one Slurm call: items = [(key, job_id, kind, args,
+        reason)], fn(job_ids). Written as planned first, then sent, then marked applied, so a restart
+        sees what was under way. A key already applied is skipped. If the batch call fails for good
+        (say one job ended meanwhile) each job is tried alone, so one bad job never blocks the rest.
+        Returns the job ids Slurm took."""
+        if idempotent:
+            done = applied if applied is not None else self.store.applied_keys([it[0] for it in items])
+            items = [it for it in items if it[0] not in done]
+        if not items:
+            return set()
         if self.dry_run:
-            self.store.record_action(key, job_id, kind, args, reason, now, "dry-run")
-            log.info("dry-run: would %s job %s: %s", kind, job_id, reason)
-            return True
-        self.store.record_action(key, job_id, kind, args, reason, now, "planned")
-        try:
-            fn()
-        except BackendError as exc:
-            self.store.record_action(key, job_id, kind, args, reason, now, "failed", str(exc))
-            log.warning("%s job %s failed: %s", kind, job_id, exc)
-            if exc.transient:
-                raise
-            return False
-        self.store.record_action(key, job_id, kind, args, reason, now, "applied")
-        log.info("%s%s: %s", kind, "" if job_id is None else f" job {job_id}", reason)
-        return True
+            self.store.record_actions(items, now, "dry-run")
+            for key, jid, kind, _args, reason in items:
+                log.info("dry-run: would %s%s: %s", kind, "" if jid is None else f" job {jid}", reason)
+            return {it[1] for it in items}
+        self.store.record_actions(items, now, "planned")
+        ok = set()
+        for chunk in (items[k:k + 500] for k in range(0, len(items), 500)):  # scontrol argv stays short
+            try:
+                fn([it[1] for it in chunk])
+                good = chunk
+            except BackendError as exc:
+                if exc.transient:
+                    self.store.record_actions(chunk, now, "failed", str(exc))
+                    raise
+                if len(chunk) == 1:
+                    self.store.record_actions(chunk, now, "failed", str(exc))
+                    log.warning("%s job %s failed: %s", chunk[0][2], chunk[0][1], exc)
+                    continue
+                good = []
+                for it in chunk:
+                    try:
+                        fn([it[1]])
+                        good.append(it)
+                    except BackendError as one:
+                        if one.transient:
+                            raise
+                        self.store.record_actions([it], now, "failed", str(one))
+                        log.warning("%s job %s failed: %s", it[2], it[1], one)
+            self.store.record_actions(good, now, "applied")
+            for key, jid, kind, _args, reason in good:
+                log.info("%s%s: %s", kind, "" if jid is None else f" job {jid}", reason)
+                ok.add(jid)
+        return ok
 
     def _apply(self, plan: Plan, snap, records, seen, releasing, changed, now) -> int:
         n = 0
         sf = plan.site_factors
-        # Order first: a job lands in its partition with its SiteFactor already set.
+        keys = ([f"sitefactor:{jid}:{v[0]}" for jid, v in sf.items()] + [f"requeue:{jid}" for jid, _ in plan.requeue]
+                + [f"release:{j.job_id}:profiled" for j in releasing] + [f"profile:{jid}" for jid, _ in plan.profile]
+                + [f"release:{jid}:direct" for jid, _ in plan.release])
+        applied = self.store.applied_keys(keys)
+        # Order first: a job lands in its partition with its SiteFactor already set. Jobs that share
+        # a value share one call.
+        by_value = {}
         for jid, (value, rank, reason) in sf.items():
             r = records.get(jid)
             if r is None:
@@ -269,15 +305,16 @@ class Reconciler:
             if r.queue_rank != rank or r.order_reason != reason:
                 r.queue_rank, r.order_reason = rank, reason
                 changed[jid] = r
-            if r.site_factor == value:
-                continue
             j = seen.get(jid)
-            if j is None or not j.pending:
+            if r.site_factor == value or j is None or not j.pending:
                 continue
-            if self._act(f"sitefactor:{jid}:{value}", jid, "sitefactor", {"value": value}, reason,
-                         lambda jid=jid, value=value: self.backend.set_site_factor([jid], value), now):
-                r.site_factor = value
-                changed[jid] = r
+            by_value.setdefault(value, []).append((f"sitefactor:{jid}:{value}", jid, "sitefactor", {"value": value},
+                                                   reason))
+        for value, items in by_value.items():
+            for jid in self._act_batch(items, lambda ids, value=value: self.backend.set_site_factor(ids, value), now,
+                                       applied=applied):
+                records[jid].site_factor = value
+                changed[jid] = records[jid]
                 n += 1
         # Tprof reached: requeue (only a job still running its profiling run)
         for jid, reason in plan.requeue:
@@ -285,7 +322,8 @@ class Reconciler:
             if j is None or r is None or j.partition != self.profiling or j.state != "RUNNING" \
                     or j.restart_count != r.restarts:
                 continue
-            if self._act(f"requeue:{jid}", jid, "requeue", {}, reason, lambda jid=jid: self.backend.requeue(jid), now):
+            if self._act_batch([(f"requeue:{jid}", jid, "requeue", {}, reason)],
+                               lambda ids: self.backend.requeue(ids[0]), now, applied=applied):
                 r.profile, r.phase = "requeued", "requeued"
                 r.requeued_at = int(self.clock())  # the release waits until this second is over
                 r.profile_reason = reason
@@ -297,34 +335,45 @@ class Reconciler:
                 r.profile, r.profile_reason = "abandoned", reason
                 changed[jid] = r
                 log.warning("job %s: %s", jid, reason)
-        # after a requeue: to the partition, starting now
+        # after a requeue: to the partition, starting now (one job at a time: each has its own timing)
         for j in releasing:
             r = records[j.job_id]
             reason = f"profiled for {self.cfg.profiler.tprof_s} s and requeued; runs in {r.target_partition}"
-            if self._act(f"release:{j.job_id}:profiled", j.job_id, "release", {"partition": r.target_partition,
-                                                                              "starttime": "now"}, reason,
-                         lambda j=j, r=r: self.backend.move([j.job_id], r.target_partition, start_now=True), now):
+            item = (f"release:{j.job_id}:profiled", j.job_id, "release",
+                    {"partition": r.target_partition, "starttime": "now"}, reason)
+            if self._act_batch([item], lambda ids, r=r: self.backend.move(ids, r.target_partition, start_now=True),
+                               now, applied=applied):
                 r.profile, r.phase, r.released_at = "released", "released", now
                 changed[j.job_id] = r
                 n += 1
-        # inbox -> profiling
+        # inbox -> profiling, one call for all
+        items, reasons = [], {}
         for jid, reason in plan.profile:
             j, r = seen.get(jid), records.get(jid)
             if j is None or r is None or j.partition != self.inbox or not j.pending:
                 continue
-            if self._act(f"profile:{jid}", jid, "profile", {"partition": self.profiling}, reason,
-                         lambda jid=jid: self.backend.move([jid], self.profiling), now):
-                r.profile, r.phase, r.profile_reason, r.restarts = "admitted", "profiling", reason, j.restart_count
-                changed[jid] = r
-                n += 1
-        # inbox -> partition (no profiling)
+            items.append((f"profile:{jid}", jid, "profile", {"partition": self.profiling}, reason))
+            reasons[jid] = reason
+        for jid in self._act_batch(items, lambda ids: self.backend.move(ids, self.profiling), now, applied=applied):
+            r = records[jid]
+            r.profile, r.phase, r.profile_reason, r.restarts = "admitted", "profiling", reasons[jid], \
+                seen[jid].restart_count
+            changed[jid] = r
+            n += 1
+        # inbox -> partition (no profiling), one call per partition
+        by_target, reasons = {}, {}
         for jid, reason in plan.release:
             j, r = seen.get(jid), records.get(jid)
             if j is None or r is None or j.partition != self.inbox or not j.pending:
                 continue
-            if self._act(f"release:{jid}:direct", jid, "release", {"partition": r.target_partition}, reason,
-                         lambda jid=jid, r=r: self.backend.move([jid], r.target_partition), now):
-                r.profile, r.phase, r.profile_reason, r.released_at = "skipped", "released", reason, now
+            by_target.setdefault(r.target_partition, []).append(
+                (f"release:{jid}:direct", jid, "release", {"partition": r.target_partition}, reason))
+            reasons[jid] = reason
+        for target, items in by_target.items():
+            for jid in self._act_batch(items, lambda ids, target=target: self.backend.move(ids, target), now,
+                                       applied=applied):
+                r = records[jid]
+                r.profile, r.phase, r.profile_reason, r.released_at = "skipped", "released", reasons[jid], now
                 changed[jid] = r
                 n += 1
         return n
@@ -417,7 +466,7 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time) -> list[s
 def heartbeat_age(path: str, now: float | None = None) -> float | None:
     try:
         return (now if now is not None else time.time()) - os.stat(path).st_mtime
-    except FileNotFoundError:
+    except OSError:  # missing or unreadable: no proof that lucidd is alive
         return None
 
 

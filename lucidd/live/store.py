@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from contextlib import contextmanager
 
 from sqlalchemy import (BigInteger, Boolean, Float, Integer, String, Text, create_engine, delete, event, func,
@@ -247,6 +248,27 @@ class Store:
             if status == "applied":
                 row.applied_at = int(now)
 
+    def record_actions(self, items, now, status, error=""):
+        """Bulk form of record_action for one batch: items = [(key, job_id, kind, args, reason)]."""
+        if not items:
+            return
+        with self.session() as s:
+            keys = [it[0] for it in items]
+            existing = {}
+            for k in range(0, len(keys), 900):
+                for row in s.scalars(select(ActionRow).where(ActionRow.key.in_(keys[k:k + 900]))):
+                    existing[row.key] = row
+            for key, job_id, kind, args, reason in items:
+                row = existing.get(key)
+                if row is None:
+                    row = ActionRow(key=key, job_id=job_id, kind=kind, args=json.dumps(args, default=str),
+                                    reason=reason, created_at=int(now))
+                    s.add(row)
+                    existing[key] = row
+                row.status, row.error, row.reason = status, error, reason
+                if status == "applied":
+                    row.applied_at = int(now)
+
     def actions_for(self, job_id) -> list:
         with self.session() as s:
             return list(s.scalars(select(ActionRow).where(ActionRow.job_id == int(job_id)).order_by(ActionRow.id)))
@@ -305,6 +327,7 @@ class Store:
 
 def redact(url: str) -> str:
     """A database URL without its password, for messages and logs."""
+    url = re.sub(r"(?i)([?&](?:password|passwd|pwd)=)[^&]*", r"\1***", url)
     if "://" in url and "@" in url:
         scheme, rest = url.split("://", 1)
         creds, host = rest.rsplit("@", 1)

@@ -9,6 +9,7 @@ import pytest
 
 from lucidd.backends.base import LiveJob
 from lucidd.backends.slurm import SITE_FACTOR_MAX, SITE_FACTOR_MIN
+from lucidd.errors import ConfigError
 from lucidd.live.config import config_from_dict
 from lucidd.live.reconcile import DecisionInput
 from lucidd.live.store import JobRow
@@ -189,7 +190,7 @@ def test_tprof_requeue_and_abandon(decider, ran, expect):
 
 
 def test_grace_grows_with_the_interval(tmp_path):
-    d = LucidDecider(make_cfg(tmp_path, daemon={"interval_s": 100}))  # grace 300 s
+    d = LucidDecider(make_cfg(tmp_path, daemon={"interval_s": 100, "failopen_after_s": 300}))  # grace 300 s
     j, r = prof_job(1, TPROF + 300)
     assert ids(d.decide(inp(profiling=[j], records={1: r})).requeue) == [1]
     j, r = prof_job(1, TPROF + 301)
@@ -211,10 +212,6 @@ def test_pending_or_unstarted_profiling_jobs_are_not_requeued(decider):
     assert plan.requeue == [] and plan.abandon == []
 
 
-@pytest.mark.xfail(strict=True, reason="lead bug: orchestrator/live.py LucidDecider.decide skips records with "
-                                       "profile 'abandoned' before `used += j.gpus`, but an abandoned job is "
-                                       "still RUNNING in the profiling partition and holds its GPUs: the "
-                                       "capacity is overcommitted by every abandoned job")
 def test_abandoned_jobs_still_hold_profiling_capacity(decider):
     j, r = prof_job(1, TPROF * 5, gpus=8)
     r.profile = "abandoned"
@@ -348,9 +345,16 @@ SATURATION = ("lead bug (config ranges): orchestrator/live.py site_factor comput
               "to the clip, so all SiteFactors are equal and Lucid's order is lost without a warning")
 
 
-@pytest.mark.xfail(strict=True, reason=SATURATION)
 @pytest.mark.parametrize("ordering", [{"aging_halflife_s": 3600, "points_per_doubling": 1_000_000},
                                       {"aging_halflife_s": 1}])
+def test_configs_that_would_saturate_site_factor_are_refused(tmp_path, ordering):
+    """Was a bug (all SiteFactors clipped to 2): such configs are now refused at start, naming the key."""
+    with pytest.raises(ConfigError, match=r"\[ordering\] points_per_doubling"):
+        make_cfg(tmp_path, ordering=ordering)
+
+
+@pytest.mark.parametrize("ordering", [{"aging_halflife_s": 3600, "points_per_doubling": 100},
+                                      {"aging_halflife_s": 86400, "points_per_doubling": 10000}])
 def test_distinct_jobs_keep_distinct_values_for_every_accepted_config(tmp_path, ordering):
     d = LucidDecider(make_cfg(tmp_path, ordering=ordering))
     plan, _, _ = decide_waiting(d, [(1, 1, 100.0, NOW - 60), (2, 8, 10000.0, NOW - 30)])

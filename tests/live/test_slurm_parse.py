@@ -149,11 +149,6 @@ def test_sacct_rows_real_reply():
     assert rows[1]["name"] == "x `dq` ✓"
 
 
-@pytest.mark.xfail(strict=True, reason="lead bug: lucidd/backends/slurm.py sacct_rows takes the *allocated* GPU "
-                                       "count before the requested one; job 29 asked for 1 GPU with --exclusive "
-                                       "and was allocated 8, so the history (and the duration model's GPU "
-                                       "feature and fallback buckets) says 8 while live jobs are keyed on the "
-                                       "requested count (squeue tres_req_str gres/gpu=1)")
 def test_sacct_gpus_are_the_requested_count():
     rows = {r["job_id"]: r for r in sacct_rows(load("sacct_finished.json"))}
     assert rows[29]["gpus"] == 1
@@ -234,10 +229,6 @@ def test_array_records():
     assert not parse_job({"job_id": 65, "array_task_string": "", "array_task_id": 2}).array_pending
 
 
-@pytest.mark.xfail(strict=True, reason="lead bug: lucidd/backends/slurm.py parse_job treats a pending array "
-                                       "record as an array only when array_task_string contains '-'; Slurm "
-                                       "prints non-contiguous tasks as '1,3,5' (no '-'), so such an array is "
-                                       "profiled as if it were one job")
 def test_array_of_separate_task_ids_is_an_array():
     assert parse_job({"job_id": 64, "array_task_string": "1,3,5", "array_task_id": None}).array_pending
 
@@ -273,9 +264,6 @@ def test_malformed_record_is_skipped_with_a_warning(caplog, bad):
     assert any("squeue: skipped a job record" in m for m in caplog.messages)
 
 
-@pytest.mark.xfail(strict=True, reason="lead bug (minor): lucidd/backends/slurm.py parse_squeue catches KeyError/"
-                                       "TypeError/ValueError only; a record that is not an object (null or a "
-                                       "string in the jobs list) raises AttributeError and stops the whole cycle")
 @pytest.mark.parametrize("bad", [None, "oops"])
 def test_non_object_record_is_skipped(bad):
     data = load("squeue_inbox.json")

@@ -270,8 +270,5 @@ def test_redact_hides_passwords(url, expected):
     assert redact(url) == expected
 
 
-@pytest.mark.xfail(strict=True, reason="lead bug (minor): lucidd/live/store.py redact() only hides a password "
-                                       "in user:password@; a password given as a URL query parameter "
-                                       "(?password=..., which SQLAlchemy passes on to psycopg) is logged as is")
 def test_redact_hides_a_password_in_the_query():
     assert "s3cret" not in redact("postgresql+psycopg://lucidd@db/lucidd?password=s3cret")
