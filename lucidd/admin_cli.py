@@ -55,6 +55,8 @@ def status_data(cfg, store, now=None) -> dict:
     dry = store.get_meta("dry_run") == "1"
     healthy = last_ok is not None and now - float(last_ok) <= max(3 * cfg.daemon.interval_s, 30)
     errors = [{"at": c.started_at, "error": c.error} for c in cycles if not c.ok][:5]
+    started = [r.started_ahead_of for r in store.started_jobs(since=now - 7 * 86400)]
+    jumped = [v for v in started if v]
     return {
         "healthy": bool(healthy),
         "dry_run": dry,
@@ -75,6 +77,11 @@ def status_data(cfg, store, now=None) -> dict:
         "profiling": {"tprof_s": cfg.profiler.tprof_s, "nprof_gpus": cfg.profiler.nprof_gpus,
                       "enabled": cfg.profiler.enabled},
         "recent_errors": errors,
+        # How Slurm's starts compared with lucidd's order over the last 7 days (in --dry-run: what
+        # Slurm did on its own against what lucidd would have done).
+        "order_agreement": {"started": len(started), "started_in_order": len(started) - len(jumped),
+                            "started_ahead_of_higher_ranked": len(jumped),
+                            "mean_jobs_overtaken": round(sum(jumped) / len(started), 3) if started else None},
         "models": [{"kind": m.kind, "version": m.version, "at": m.at, "decision": m.decision}
                    for m in store.model_versions(5)],
     }
@@ -171,6 +178,11 @@ def cmd_live(args) -> int:
             print(f"  reconcile latency p50 {d['cycle_seconds_p50']} s, max {d['cycle_seconds_max']} s (last 50)")
         print(f"  heartbeat {d['heartbeat_age_s']} s old (fail-open after {d['failopen_after_s']:g} s)")
         print(f"  jobs by phase: {d['jobs_by_phase'] or 'none'}")
+        oa = d["order_agreement"]
+        if oa["started"]:
+            print(f"  last 7 days: Slurm started {oa['started']} ordered job(s), {oa['started_in_order']} in lucidd's "
+                  f"order, {oa['started_ahead_of_higher_ranked']} ahead of a job lucidd ranked higher "
+                  f"(backfill, other priority factors{', or no lucidd: dry-run' if d['dry_run'] else ''})")
         for e in d["recent_errors"]:
             print(f"  error at {_ts(e['at'])}: {e['error']}")
         return 0

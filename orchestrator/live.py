@@ -127,12 +127,12 @@ class LiveEstimator:
         with self._lock:
             hist = self._history
         if hist is None or len(hist) < self.min_jobs:
-            return None
+            return None, []
         engine = self.engine()
         if not engine.due(now, "duration"):
-            return None
+            return None, []
         results = engine.maybe_refit(hist, now)
-        return "; ".join(f"{r.kind} model: {r.decision} ({r.reason})" for r in results) or None
+        return "; ".join(f"{r.kind} model: {r.decision} ({r.reason})" for r in results) or None, results
 
 
 class LucidDecider(Decider):
@@ -287,7 +287,11 @@ class LucidDecider(Decider):
 
         def work():
             try:
-                msg = self.estimator.refit(now)
+                msg, results = self.estimator.refit(now)
+                for r in results:
+                    d = r.to_dict()
+                    store.add_model_version(r.kind, d.get("new_version") or d.get("version") or 0, now,
+                                            str(d.get("decision", "")), d)
             except Exception as exc:  # noqa: BLE001 - a failed refit keeps the current model
                 msg = f"model refit failed: {exc}; the current model stays"
             if msg:

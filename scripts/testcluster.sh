@@ -71,6 +71,8 @@ SlurmdParameters=config_overrides
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=2
 DefMemPerCPU=1000
+MaxJobCount=50000
+MaxArraySize=50001
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu

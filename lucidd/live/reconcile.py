@@ -173,6 +173,13 @@ class Reconciler:
             if r.phase == "inbox":
                 log.info("job %s: new in %s (asked for %s, %d GPU(s), user %s)", j.job_id, self.inbox,
                          r.requested_partition or "no partition", j.gpus, j.user)
+        # lucidd's SiteFactors of the jobs still waiting, per partition: to see whether Slurm started
+        # a job ahead of others lucidd ranked higher (shadow mode's comparison; also kept live)
+        waiting_factors = {}
+        for jid, r in records.items():
+            j = seen.get(jid)
+            if j is not None and j.pending and r.site_factor is not None:
+                waiting_factors.setdefault(r.target_partition, []).append(r.site_factor)
         for jid, r in list(records.items()):
             j = seen.get(jid)
             if j is None or j.ended:
@@ -181,6 +188,9 @@ class Reconciler:
                 del records[jid]
                 continue
             if j.start_time and r.start_time != j.start_time and j.active:
+                if r.start_time is None and r.site_factor is not None and j.partition == r.target_partition:
+                    r.started_ahead_of = sum(1 for v in waiting_factors.get(r.target_partition, ())
+                                             if v > r.site_factor)
                 r.start_time, r.partition_ran = j.start_time, j.partition
                 changed[jid] = r
         # 3. requeue mechanics: released after the requeue, once safe

@@ -63,6 +63,9 @@ class JobRow(Base):
     final_state: Mapped[str] = mapped_column(String(40), default="")
     partition_ran: Mapped[str] = mapped_column(String(200), default="")
     restarts: Mapped[int] = mapped_column(Integer, default=0)
+    # when Slurm started it: how many jobs of its partition that lucidd ranked ahead of it were still
+    # waiting (0: Slurm followed lucidd's order for this job; backfill and other factors can jump)
+    started_ahead_of: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class ActionRow(Base):
@@ -215,6 +218,11 @@ class Store:
     def open_jobs(self) -> dict:
         with self.session() as s:
             return {r.job_id: r for r in s.scalars(select(JobRow).where(JobRow.phase != "done"))}
+
+    def started_jobs(self, since: int) -> list:
+        with self.session() as s:
+            return list(s.scalars(select(JobRow).where(JobRow.start_time >= int(since),
+                                                       JobRow.started_ahead_of.is_not(None))))
 
     def job(self, job_id) -> JobRow | None:
         with self.session() as s:

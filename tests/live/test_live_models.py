@@ -1,0 +1,65 @@
+"""The daemon's model upkeep: history from the database -> refit in a background thread ->
+estimates from the new EBM, with every refit recorded in model_versions."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from lucidd.live.config import config_from_dict
+from lucidd.live.store import Store
+from orchestrator.live import LucidDecider, live_job
+from lucidd.backends.base import LiveJob
+
+NOW = 1_800_000_000
+
+
+def _history(n=400, seed=1):
+    rnd = random.Random(seed)
+    rows = []
+    for k in range(n):
+        user = f"u{k % 7}"
+        gpus = rnd.choice([1, 1, 2, 4, 8])
+        dur = int(60 * (k % 7 + 1) * gpus * rnd.uniform(0.8, 1.2))  # users differ: something to learn
+        submit = NOW - 20 * 86400 + k * 3600
+        rows.append({"job_id": k + 1, "name": f"train-{user}", "user": user, "partition": "main", "gpus": gpus,
+                     "submit_time": submit, "start_time": submit + 10, "end_time": submit + 10 + dur,
+                     "duration": dur, "state": "COMPLETED"})
+    return rows
+
+
+def test_background_refit_records_a_version_and_estimates_use_it(tmp_path):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "models": {"min_history_jobs": 100}})
+    store = Store(cfg.database.url).create()
+    store.add_history(_history())
+    d = LucidDecider(cfg)
+    before = d.estimator.estimate([live_job(LiveJob(9001, user="u3", gpus=2, submit_time=NOW, partition="main"),
+                                            None)])
+    assert before[9001][1].startswith("fallback")
+    d.background(store, NOW)
+    d._refit_thread.join(300)
+    versions = store.model_versions()
+    assert versions and versions[0].kind == "duration" and versions[0].decision == "swapped"
+    after = d.estimator.estimate([live_job(LiveJob(9001, user="u3", gpus=2, submit_time=NOW, partition="main"),
+                                           None)])
+    est, src = after[9001]
+    assert src.startswith("ebm") and src.endswith(f":v{versions[0].version}")
+    assert 60 < est < 5000
+    # not due again right away: a second call starts no new fit
+    d.background(store, NOW + 60)
+    d._refit_thread.join(60)
+    assert len(store.model_versions()) == 1
+
+
+def test_refit_failure_keeps_scheduling(tmp_path, monkeypatch):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "models": {"min_history_jobs": 100}})
+    store = Store(cfg.database.url).create()
+    store.add_history(_history())
+    d = LucidDecider(cfg)
+    monkeypatch.setattr(d.estimator, "refit", lambda now: (_ for _ in ()).throw(RuntimeError("disk full")))
+    d.background(store, NOW)
+    d._refit_thread.join(60)
+    assert "disk full" in d.last_background
+    t0 = time.time()
+    est = d.estimator.estimate([live_job(LiveJob(1, gpus=1, submit_time=NOW, partition="main"), None)])
+    assert est[1][1].startswith("fallback") and time.time() - t0 < 30
