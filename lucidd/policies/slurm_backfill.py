@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
+from itertools import accumulate
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from ..cluster import place_consolidated
 from ..errors import ConfigError
@@ -130,92 +131,102 @@ class SlurmConfig:
 class _Profile:
     """Future free GPUs per node as a step function of time, from time limits.
 
-    Row i of `free` (int array, rows x nodes) holds from `times[i]` until `times[i + 1]`; the last
-    row lasts forever. Row 0 starts now. Running jobs give their GPUs back at start + limit;
-    reservations take GPUs over [start, start + limit). The arrays keep spare rows so that a new
-    boundary shifts rows in place instead of reallocating.
+    `cols[node][i]` is the node's free GPU count from `times[i]` until `times[i + 1]`; the last
+    step lasts forever and step 0 starts now. Running jobs give their GPUs back at start + limit;
+    reservations take GPUs over [start, start + limit). Plain lists: a profile holds a few dozen
+    steps on a few nodes, where Python beats numpy's per-call cost.
     """
 
-    __slots__ = ("_times", "_free", "k", "gpn")
+    __slots__ = ("times", "cols", "gpn")
 
     def __init__(self, now: int, free_now, releases, gpn: int):
+        """`releases`: (time > now, ((node, n_gpus), ...)) of every running job."""
         self.gpn = gpn
-        ends = sorted({t for t, _, _ in releases})
-        k = 1 + len(ends)
-        cap = 2 * k + 16
-        self._times = np.empty(cap, dtype=np.int64)
-        self._times[0] = now
-        self._times[1:k] = ends
-        delta = np.zeros((cap, len(free_now)), dtype=np.int64)
-        delta[0] = free_now
-        if releases:
-            rows = np.searchsorted(self._times[:k], [t for t, _, _ in releases])
-            np.add.at(delta, (rows, [n for _, n, _ in releases]), [g for _, _, g in releases])
-        self._free = np.cumsum(delta, axis=0)
-        self.k = k
-
-    @property
-    def times(self):
-        return self._times[:self.k]
-
-    @property
-    def free(self):
-        return self._free[:self.k]
+        ends = sorted({t for t, _ in releases})
+        self.times = [now, *ends]
+        row = {t: i for i, t in enumerate(ends, 1)}
+        delta = [[f] + [0] * len(ends) for f in free_now]
+        for t, layout in releases:
+            r = row[t]
+            for node, n in layout:
+                delta[node][r] += n
+        self.cols = [list(accumulate(d)) for d in delta]
 
     def _split(self, t: int) -> int:
-        """Make `t` a row boundary; return its row."""
-        k = self.k
-        i = int(self._times[:k].searchsorted(t))
-        if i < k and self._times[i] == t:
+        """Make `t` a step boundary; return its step."""
+        times = self.times
+        i = bisect.bisect_left(times, t)
+        if i < len(times) and times[i] == t:
             return i
-        if k == len(self._times):  # grow
-            self._times = np.concatenate((self._times, np.empty(k, dtype=np.int64)))
-            self._free = np.concatenate((self._free, np.empty_like(self._free)))
-        times, free = self._times, self._free
-        times[i + 1:k + 1] = times[i:k]
-        free[i + 1:k + 1] = free[i:k]
-        times[i] = t
-        free[i] = free[i - 1]
-        self.k = k + 1
+        times.insert(i, t)
+        for col in self.cols:
+            col.insert(i, col[i - 1])
         return i
 
     def take(self, start: int, end: int, layout) -> None:
         i = self._split(start)
         j = self._split(end)
-        free = self._free
+        cols = self.cols
         for node, n in layout:
-            free[i:j, node] -= n
+            col = cols[node]
+            for r in range(i, j):
+                col[r] -= n
+
+    def _window_min(self, i: int, end_time: int) -> list:
+        j = bisect.bisect_left(self.times, end_time)
+        return [min(col[i:j]) for col in self.cols]
 
     def place_now(self, gpu_num: int, limit: int):
         """Layout for a job starting now and holding its GPUs for `limit` seconds, or None."""
-        times = self._times[:self.k]
-        j = int(times.searchsorted(times[0] + limit))
-        return place_consolidated(self._free[:j].min(axis=0).tolist(), gpu_num, self.gpn)
+        return place_consolidated(self._window_min(0, self.times[0] + limit), gpu_num, self.gpn)
 
     def earliest(self, gpu_num: int, limit: int, horizon: int):
         """(start, layout) of the earliest start <= horizon that fits for `limit` seconds, or None."""
-        k, gpn = self.k, self.gpn
-        times, free = self._times[:k], self._free[:k]
-        h = int(times.searchsorted(horizon, side="right"))  # candidate start rows 0..h-1
-        ends = times.searchsorted(times[:h] + limit)  # exclusive end row of each window
-
-        def nodes_with(at_least: int):
-            """Per candidate start, whether each node keeps >= at_least GPUs free all window long."""
-            short = np.zeros((k + 1, free.shape[1]), dtype=np.int64)
-            np.cumsum(free < at_least, axis=0, out=short[1:])
-            return short[ends] == short[:h]
-
+        times, gpn = self.times, self.gpn
+        k = len(times)
         if gpu_num <= gpn:
-            ok = nodes_with(gpu_num).any(axis=1)
-        else:  # place_consolidated's condition: `whole` full nodes, and one more with >= rem
-            whole, rem = divmod(gpu_num, gpn)
-            ok = nodes_with(gpn).sum(axis=1) >= whole
-            if rem:
-                ok &= nodes_with(rem).sum(axis=1) >= whole + 1
-        for i in np.flatnonzero(ok):
-            layout = place_consolidated(free[i:ends[i]].min(axis=0).tolist(), gpu_num, gpn)
-            if layout is not None:
-                return int(times[i]), layout
+            # per node, the first run of steps with >= gpu_num free lasting `limit`; then the
+            # consolidated (best-fit) choice among the nodes that can start at the earliest one
+            best = None
+            for col in self.cols:
+                run = -1
+                for r in range(k):
+                    if col[r] >= gpu_num:
+                        if run < 0:
+                            t0 = times[r]
+                            if t0 > horizon or (best is not None and t0 >= best):
+                                break
+                            run = r
+                        if r + 1 == k or times[r + 1] - times[run] >= limit:
+                            best = times[run]
+                            break
+                    else:
+                        run = -1
+            if best is None:
+                return None
+            return best, place_consolidated(self._window_min(times.index(best), best + limit), gpu_num, gpn)
+        # place_consolidated's condition: `whole` nodes fully free all window long, and one more
+        # with >= rem. ok_until[n][i]: the first step from i on where node n has too few free.
+        whole, rem = divmod(gpu_num, gpn)
+
+        def ok_until(at_least):
+            out = []
+            for col in self.cols:
+                nxt = [k] * (k + 1)
+                for r in range(k - 1, -1, -1):
+                    nxt[r] = r if col[r] < at_least else nxt[r + 1]
+                out.append(nxt)
+            return out
+
+        full = ok_until(gpn)
+        part = ok_until(rem) if rem else None
+        for i in range(k):
+            t0 = times[i]
+            if t0 > horizon:
+                break
+            j = bisect.bisect_left(times, t0 + limit)
+            if sum(nxt[i] >= j for nxt in full) >= whole and (part is None or sum(nxt[i] >= j for nxt in part) > whole):
+                return t0, place_consolidated(self._window_min(i, t0 + limit), gpu_num, gpn)
         return None
 
 
@@ -298,14 +309,18 @@ class SlurmBackfill(Policy):
         if blocked is None or not any(free):
             return out
 
-        # Backfill. Reservations are computed lazily: only when a later job could start now is
-        # the profile built and every earlier job's reservation placed (in priority order), so a
-        # pass over a full cluster costs a walk over the queue and no planning.
+        # Backfill. Reservations are planned lazily, always a prefix of the examined jobs in
+        # priority order: a later job is checked against the reservations planned so far (a
+        # superset of the free GPUs it would see with all of them), and only while it still fits
+        # are the next deferred reservations planned. So a pass over a full cluster costs a walk
+        # over the queue, and a job that fails early stops the planning; every start is decided
+        # with all earlier reservations in place.
         gpn = cluster.gpus_per_node
         horizon = now + self.config.bf_window_s
         min_limit = self.config.limit_rule.min_limit
-        deferred = [(blocked, limit_of(blocked))]
+        deferred = deque([(blocked, limit_of(blocked))])
         cannot_start = _Frontier(gpn)  # could not start now
+        start_cut = cannot_start.cut  # its single-node part, read inline on the hot path
         no_slot = _Frontier(gpn)  # no start within bf_window (no reservation)
         profile = None
         max_free, total_free, full_nodes = max(free), sum(free), free.count(gpn)
@@ -316,17 +331,22 @@ class SlurmBackfill(Policy):
             budget -= 1
             g = job.gpu_num
             lim = limits.get(job) or limit_of(job)
-            if (g > total_free or (g <= gpn and g > max_free) or (g > gpn and g // gpn > full_nodes)
-                    or cannot_start.covers(g, lim)):
+            if g <= gpn:
+                if g > max_free or lim >= start_cut[g]:
+                    deferred.append((job, lim))
+                    continue
+            elif g > total_free or g // gpn > full_nodes or cannot_start.covers(g, lim):
                 deferred.append((job, lim))
                 continue
             if profile is None:
-                releases = [(j.start_time + limit_of(j), node, len(gpus))
-                            for j in view.running for node, gpus in j.alloc]
-                releases += [(end, node, n) for end, layout in started for node, n in layout]
-                assert all(t > now for t, _, _ in releases), "a running job outlived its time limit"
+                releases = [(j.start_time + (limits.get(j) or limit_of(j)),
+                             [(node, len(gpus)) for node, gpus in j.alloc]) for j in view.running]
+                releases += started
+                assert all(t > now for t, _ in releases), "a running job outlived its time limit"
                 profile = _Profile(now, free, releases, gpn)
-            for d_job, d_lim in deferred:
+            layout = profile.place_now(g, lim)
+            while layout is not None and deferred:
+                d_job, d_lim = deferred.popleft()
                 dg = d_job.gpu_num
                 if no_slot.covers(dg, d_lim):
                     continue
@@ -335,8 +355,8 @@ class SlurmBackfill(Policy):
                     no_slot.add(dg, d_lim)
                 else:
                     profile.take(slot[0], slot[0] + d_lim, slot[1])
-            deferred.clear()
-            layout = profile.place_now(g, lim)
+                    if slot[0] < now + lim:  # it may take what this job needs
+                        layout = profile.place_now(g, lim)
             if layout is None:
                 cannot_start.add(g, lim)
                 deferred.append((job, lim))
