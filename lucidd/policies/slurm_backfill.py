@@ -30,9 +30,8 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from itertools import accumulate
 from dataclasses import dataclass, field
-
+from itertools import accumulate
 
 from ..cluster import place_consolidated
 from ..errors import ConfigError
@@ -109,7 +108,7 @@ def parse_limit_rule(text) -> LimitRule:
         raise ConfigError(f"--limit-rule {shown}: steps must be positive hours; {_RULE_HELP}")
     steps = tuple(int(round(h * 3600)) for h in hours)
     if any(b <= a for a, b in zip(steps, steps[1:])) or steps[0] < 1:
-        raise ConfigError(f"--limit-rule {shown}: steps must be strictly increasing; {_RULE_HELP}")
+        raise ConfigError(f"--limit-rule {shown}: steps must be strictly increasing whole seconds; {_RULE_HELP}")
     return LimitRule(kind="steps", steps_s=steps, text=",".join(f"{h:g}" for h in hours))
 
 
@@ -265,12 +264,22 @@ class SlurmBackfill(Policy):
     def __init__(self, config: SlurmConfig | None = None):
         self.config = config or SlurmConfig()
         self._limits = {}  # job -> its modelled time limit (a pure function of its duration)
+        self._releases = {}  # job -> (start_time, limit end, layout) while it runs
 
     def limit(self, job) -> int:
         lim = self._limits.get(job)
         if lim is None:
             lim = self._limits[job] = self.config.limit_rule.limit(job.duration)
         return lim
+
+    def _release(self, job):
+        """(limit end, ((node, n_gpus), ...)) of a running job; kept while it runs, as a running
+        job's start and GPUs do not change (no preemption)."""
+        rel = self._releases.get(job)
+        if rel is None or rel[0] != job.start_time:
+            rel = self._releases[job] = (job.start_time, job.start_time + self.limit(job),
+                                         [(node, len(gpus)) for node, gpus in job.alloc])
+        return rel[1:]
 
     @classmethod
     def from_options(cls, options: dict | None) -> "SlurmBackfill":
@@ -339,8 +348,7 @@ class SlurmBackfill(Policy):
                 deferred.append((job, lim))
                 continue
             if profile is None:
-                releases = [(j.start_time + (limits.get(j) or limit_of(j)),
-                             [(node, len(gpus)) for node, gpus in j.alloc]) for j in view.running]
+                releases = [self._release(j) for j in view.running]
                 releases += started
                 assert all(t > now for t, _ in releases), "a running job outlived its time limit"
                 profile = _Profile(now, free, releases, gpn)
