@@ -70,9 +70,13 @@ def _parser() -> argparse.ArgumentParser:
                        help="users' time limits from durations: increasing hours to round up to (default "
                             "1,2,4,8,12,24,48,72,168), 'exact', or 'xF' (F x duration, F >= 1)")
 
-    sub.add_parser("status", help="daemon status (needs a running lucidd)")
-    sub.add_parser("queue", help="pending jobs in lucidd's order (needs a running lucidd)")
-    e = sub.add_parser("explain", help="explain a decision: `explain job ID`")
+    live_help = "lucidd's config file, for its database (default $LUCIDD_CONFIG or /etc/lucidd/lucidd.toml)"
+    st = sub.add_parser("status", help="the live daemon: health, last reconcile and its latency, jobs by phase")
+    st.add_argument("--config", help=live_help)
+    q = sub.add_parser("queue", help="the live daemon: profiling queue and pending jobs in lucidd's order")
+    q.add_argument("--config", help=live_help)
+    e = sub.add_parser("explain", help="explain a decision: `explain job ID` (live daemon, or --sim-out DIR)")
+    e.add_argument("--config", help=live_help)
     e.add_argument("what", choices=["job"], metavar="job", help="what to explain (only `job` so far)")
     e.add_argument("id", metavar="ID", help="the job id, as in the trace")
     e.add_argument("--sim-out", help="explain a job of a simulation output directory instead of the live daemon")
@@ -131,6 +135,10 @@ def main(argv=None) -> int:
             return cmd_simulate(args)
         if args.command == "tune":
             return cmd_tune(args)
+        if args.command in ("status", "queue") or (args.command == "explain" and not args.sim_out):
+            from .admin_cli import cmd_live
+
+            return cmd_live(args)
         if args.command == "explain" and args.sim_out:
             from .explain_cli import explain_sim_job
 

@@ -166,6 +166,7 @@ export_env() {
 start() {
   install_packages
   stop >/dev/null 2>&1 || true
+  rm -rf "$DIR/state" "$DIR"/spool/slurmd-*  # a fresh controller: no job of an earlier run comes back
   write_configs
   export SLURM_CONF=$DIR/etc/slurm.conf
   # munge
@@ -191,10 +192,14 @@ start() {
   export_env
 }
 
-kill_pidfile() {
-  local f=$1
+kill_pidfile() {  # kill_pidfile FILE [NAME]: only a live process whose command name matches NAME
+  local f=$1 name=${2:-}
   [ -f "$f" ] || return 0
   local pid; pid=$(cat "$f" 2>/dev/null || true)
+  # a stale PID file from an earlier machine session may name an unrelated process by now
+  if [ -n "$name" ] && [ -n "$pid" ] && ! grep -q "$name" "/proc/$pid/comm" 2>/dev/null; then
+    rm -f "$f"; return 0
+  fi
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -204,15 +209,15 @@ kill_pidfile() {
 }
 
 stop() {
-  for f in "$DIR"/run/slurmd-*.pid; do [ -e "$f" ] && kill_pidfile "$f"; done
-  kill_pidfile "$DIR/run/slurmctld.pid"
-  kill_pidfile "$DIR/run/slurmdbd.pid"
-  kill_pidfile "$DIR/run/mysqld/mysqld.pid"
+  for f in "$DIR"/run/slurmd-*.pid; do [ -e "$f" ] && kill_pidfile "$f" slurmd; done
+  kill_pidfile "$DIR/run/slurmctld.pid" slurmctld
+  kill_pidfile "$DIR/run/slurmdbd.pid" slurmdbd
+  kill_pidfile "$DIR/run/mysqld/mysqld.pid" mariadbd
   if [ -f "$DIR/pg/postmaster.pid" ]; then
     local bin; bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
     runuser -u postgres -- "$bin/pg_ctl" -D "$DIR/pg" -m fast -w stop >/dev/null 2>&1 || true
   fi
-  kill_pidfile "$DIR/run/munged.pid"
+  kill_pidfile "$DIR/run/munged.pid" munged
   # Job steps of the fake nodes (sleep jobs) would otherwise outlive the cluster.
   pkill -f "slurmstepd: \[" 2>/dev/null || true
   log "stopped"
@@ -228,7 +233,7 @@ pg_bin() { ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1; }
 
 case "${1:-}" in
   install) install_packages ;;
-  ctld-stop) kill_pidfile "$DIR/run/slurmctld.pid" ;;     # for the restart tests
+  ctld-stop) kill_pidfile "$DIR/run/slurmctld.pid" slurmctld ;;     # for the restart tests
   ctld-start) start_ctld ;;
   pg-stop) runuser -u postgres -- "$(pg_bin)/pg_ctl" -D "$DIR/pg" -m fast -w stop >/dev/null ;;
   pg-start) runuser -u postgres -- "$(pg_bin)/pg_ctl" -D "$DIR/pg" -l "$DIR/pg/postgres.log" -w -t 30 \

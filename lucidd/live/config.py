@@ -46,7 +46,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
                          choices=("debug", "info", "warning", "error")),
         "decider": Key(str, "orchestrator.live:LucidDecider", "module:class that makes the decisions"),
         "history_interval_s": Key(float, 300.0, "seconds between sacct reads of finished jobs", min=1, max=86400),
-        "record_cycles": Key(int, 200, "reconcile cycles whose full input and decisions are kept for replay",
+        "record_cycles": Key(int, 100, "reconcile cycles whose full input and decisions are kept for replay",
                              min=0, max=100000),
     },
     "database": {

@@ -102,7 +102,7 @@ class Reconciler:
         self.default_partition = s.default_partition
         self.managed = set(s.managed_partitions)
         self.last_history_read = 0
-        self.inbox_opened_reason = None  # set while lucidd has opened the inbox (database loss)
+        self._records = None  # open job records, cached between cycles (see _open_records)
 
     # -- helpers --------------------------------------------------------------------------------
     def is_managed(self, partition: str) -> bool:
@@ -160,8 +160,8 @@ class Reconciler:
     def _decide_and_apply(self, snap: ClusterSnapshot):
         now = snap.now
         seen = {j.job_id: j for j in snap.jobs}
-        records = self.store.open_jobs()
-        changed = {}
+        records = self._open_records()
+        changed, new_ids = {}, set()
         # 2. register and close
         for j in snap.jobs:
             if j.ended or j.job_id in records:
@@ -170,6 +170,7 @@ class Reconciler:
                 continue  # partitions lucidd does not manage
             r = self._new_row(j, now)
             records[j.job_id] = changed[j.job_id] = r
+            new_ids.add(j.job_id)
             if r.phase == "inbox":
                 log.info("job %s: new in %s (asked for %s, %d GPU(s), user %s)", j.job_id, self.inbox,
                          r.requested_partition or "no partition", j.gpus, j.user)
@@ -186,11 +187,14 @@ class Reconciler:
                 self._close(r, j, now)
                 changed[jid] = r
                 del records[jid]
+                self._records.pop(jid, None)
                 continue
             if j.start_time and r.start_time != j.start_time and j.active:
                 if r.start_time is None and r.site_factor is not None and j.partition == r.target_partition:
                     r.started_ahead_of = sum(1 for v in waiting_factors.get(r.target_partition, ())
                                              if v > r.site_factor)
+                if j.partition == self.profiling and r.profile_start is None:
+                    r.profile_start = j.start_time
                 r.start_time, r.partition_ran = j.start_time, j.partition
                 changed[jid] = r
         # 3. requeue mechanics: released after the requeue, once safe
@@ -221,7 +225,11 @@ class Reconciler:
             if r is not None and (r.estimate_s != est or r.estimate_source != src):
                 r.estimate_s, r.estimate_source = est, src
                 changed[jid] = r
-        self.store.save_jobs(changed.values())
+        try:
+            self.store.save_jobs(changed.values(), new_ids)
+        except Exception:
+            self._records = None  # the database may not hold what the cache holds: reload next cycle
+            raise
         # keep the inbox closed while lucidd runs (it may have been opened by lucidd-failopen)
         inbox = snap.partitions.get(self.inbox)
         if inbox is not None and inbox.up and not self.dry_run:
@@ -231,6 +239,13 @@ class Reconciler:
         elif inbox is None and not self.dry_run:
             log.error("partition %s does not exist: new jobs bypass lucidd (docs/deploy.md)", self.inbox)
         return n, recorded
+
+    def _open_records(self) -> dict:
+        """Jobs not yet ended, kept in memory between cycles (lucidd is their only writer) and
+        loaded from the database at start and after any database error."""
+        if self._records is None:
+            self._records = self.store.open_jobs()
+        return self._records
 
     def _close(self, r: JobRow, j: LiveJob | None, now: int):
         r.phase = "done"
@@ -301,7 +316,9 @@ class Reconciler:
     def _apply(self, plan: Plan, snap, records, seen, releasing, changed, now) -> int:
         n = 0
         sf = plan.site_factors
-        keys = ([f"sitefactor:{jid}:{v[0]}" for jid, v in sf.items()] + [f"requeue:{jid}" for jid, _ in plan.requeue]
+        keys = ([f"sitefactor:{jid}:{v[0]}" for jid, v in sf.items()
+                 if jid in records and records[jid].site_factor != v[0]]
+                + [f"requeue:{jid}" for jid, _ in plan.requeue]
                 + [f"release:{j.job_id}:profiled" for j in releasing] + [f"profile:{jid}" for jid, _ in plan.profile]
                 + [f"release:{jid}:direct" for jid, _ in plan.release])
         applied = self.store.applied_keys(keys)
@@ -310,21 +327,17 @@ class Reconciler:
         by_value = {}
         for jid, (value, rank, reason) in sf.items():
             r = records.get(jid)
-            if r is None:
-                continue
-            if r.queue_rank != rank or r.order_reason != reason:
-                r.queue_rank, r.order_reason = rank, reason
-                changed[jid] = r
             j = seen.get(jid)
-            if r.site_factor == value or j is None or not j.pending:
-                continue
+            if r is None or r.site_factor == value or j is None or not j.pending:
+                continue  # rank and reason are kept as of the value's decision: no write per cycle
             by_value.setdefault(value, []).append((f"sitefactor:{jid}:{value}", jid, "sitefactor", {"value": value},
                                                    reason))
         for value, items in by_value.items():
             for jid in self._act_batch(items, lambda ids, value=value: self.backend.set_site_factor(ids, value), now,
                                        applied=applied):
-                records[jid].site_factor = value
-                changed[jid] = records[jid]
+                r = records[jid]
+                r.site_factor, r.queue_rank, r.order_reason = value, sf[jid][1], sf[jid][2]
+                changed[jid] = r
                 n += 1
         # Tprof reached: requeue (only a job still running its profiling run)
         for jid, reason in plan.requeue:

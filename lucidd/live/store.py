@@ -15,7 +15,7 @@ import re
 from contextlib import contextmanager
 
 from sqlalchemy import (BigInteger, Boolean, Float, Integer, String, Text, create_engine, delete, event, func,
-                        select)
+                        insert, select, update)
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
@@ -228,10 +228,32 @@ class Store:
         with self.session() as s:
             return s.get(JobRow, int(job_id))
 
-    def save_jobs(self, rows):
+    def save_jobs(self, rows, new_ids=None):
+        """Insert or update job rows: bulk INSERT the new ones, bulk UPDATE by primary key the rest
+        (an ORM merge per row cost ~2 ms: 10 s per cycle for a 10,000-job queue). Which rows are new
+        is asked of the database, not trusted from the caller (`new_ids` is accepted for callers
+        that know, and only narrows nothing)."""
+        cols = [c.key for c in JobRow.__table__.columns]
+        # a row built in Python has None where its column default was never applied
+        defaults = {c.key: c.default.arg for c in JobRow.__table__.columns
+                    if not c.nullable and c.default is not None and not callable(c.default.arg)}
+        rows = {r.job_id: r for r in rows}  # the last copy of a job wins
+        fresh, old = [], []
         with self.session() as s:
-            for r in rows:
-                s.merge(r)
+            ids = list(rows)
+            existing = set()
+            for k in range(0, len(ids), 900):
+                existing.update(s.scalars(select(JobRow.job_id).where(JobRow.job_id.in_(ids[k:k + 900]))))
+            for jid, r in rows.items():
+                d = {c: getattr(r, c) for c in cols}
+                for c, v in defaults.items():
+                    if d[c] is None:
+                        d[c] = v
+                (old if jid in existing else fresh).append(d)
+            if fresh:
+                s.execute(insert(JobRow), fresh)
+            if old:
+                s.execute(update(JobRow), old)
 
     # -- actions ------------------------------------------------------------------------------
     def applied_keys(self, keys) -> set:

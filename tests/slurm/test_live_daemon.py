@@ -50,10 +50,13 @@ def test_profiling_route_skips_and_history(clean_cluster, tmp_path, job_script, 
         assert "part=profiling restarts=0" in out and f"part={part} restarts=1" in out  # JobFileAppend=1
     for j in (no_requeue, big, opted_out):  # skipped profiling
         assert [r[:2] for r in runs[j]] == [("main", "COMPLETED")], runs[j]
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+    # lucidd reads sacct every history_interval_s (2 s here); slurmdbd lags slurmctld a little
+    wait_until(lambda: {long_main, long_research} <= {h.job_id for h in store.history(0)}, 30,
+               "lucidd to read the finished jobs from sacct")
     assert daemon.stop() == 0
     assert partition_up("inbox"), "an orderly stop opens the inbox"
 
-    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
     rows = store.jobs(ids)
     assert rows[long_main].profile == "released" and rows[long_main].requeued_at
     assert rows[short[0]].profile == "finished" and "never reached" in rows[short[0]].profile_reason
