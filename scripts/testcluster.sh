@@ -150,6 +150,10 @@ start_postgres() {
     runuser -u postgres -- "$bin/initdb" -D "$d" -A trust -U postgres >"$DIR/log/pg-init.log" 2>&1
   fi
   mkdir -p "$DIR/run/pg"; chown postgres:postgres "$DIR/run/pg"
+  # a lock file left by a machine session that ended (its PID may belong to anything by now)
+  if [ -f "$d/postmaster.pid" ] && ! runuser -u postgres -- "$bin/pg_ctl" -D "$d" status >/dev/null 2>&1; then
+    rm -f "$d/postmaster.pid"
+  fi
   runuser -u postgres -- "$bin/pg_ctl" -D "$d" -l "$d/postgres.log" -w -t 30 \
     -o "-p $PG_PORT -k $DIR/run/pg -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null
   runuser -u postgres -- "$bin/psql" -h 127.0.0.1 -p $PG_PORT -U postgres -tAc \
