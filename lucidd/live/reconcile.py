@@ -121,7 +121,10 @@ class Reconciler:
         requested = j.requested_partition
         if requested is None and j.partition not in (self.inbox, self.profiling):
             requested = j.partition  # seen outside the inbox (lucidd started on a busy cluster, dry-run)
-        phase = "inbox" if j.partition == self.inbox and j.pending else "released"
+        # In shadow mode (--dry-run) jobs never wait in an inbox: a new pending job in a managed
+        # partition is treated as if it had arrived there, so what lucidd would do is recorded.
+        in_inbox = j.partition == self.inbox or (self.dry_run and self.is_managed(j.partition))
+        phase = "inbox" if in_inbox and j.pending else "released"
         row = JobRow(job_id=j.job_id, first_seen=now, original_submit=j.submit_time or now,
                      requested_partition=requested, target_partition=self.target_partition(requested),
                      name=j.name, user=j.user, account=j.account, gpus=j.gpus, phase=phase,
@@ -211,7 +214,7 @@ class Reconciler:
                     releasing.append(j)
         # 4. decide
         inbox_jobs = [seen[jid] for jid, r in records.items()
-                      if r.phase == "inbox" and seen[jid].partition == self.inbox and seen[jid].pending]
+                      if r.phase == "inbox" and seen[jid].pending and (seen[jid].partition == self.inbox or self.dry_run)]
         in_profiling = [seen[jid] for jid, r in records.items() if seen[jid].partition == self.profiling]
         waiting = [seen[jid] for jid in records if seen[jid].pending and self.is_managed(seen[jid].partition)]
         prof_gpus = sum(n.gpus for n in snap.nodes.values() if self.profiling in n.partitions and n.usable)
@@ -373,7 +376,7 @@ class Reconciler:
         items, reasons = [], {}
         for jid, reason in plan.profile:
             j, r = seen.get(jid), records.get(jid)
-            if j is None or r is None or j.partition != self.inbox or not j.pending:
+            if j is None or r is None or (j.partition != self.inbox and not self.dry_run) or not j.pending:
                 continue
             items.append((f"profile:{jid}", jid, "profile", {"partition": self.profiling}, reason))
             reasons[jid] = reason
@@ -387,7 +390,7 @@ class Reconciler:
         by_target, reasons = {}, {}
         for jid, reason in plan.release:
             j, r = seen.get(jid), records.get(jid)
-            if j is None or r is None or j.partition != self.inbox or not j.pending:
+            if j is None or r is None or (j.partition != self.inbox and not self.dry_run) or not j.pending:
                 continue
             by_target.setdefault(r.target_partition, []).append(
                 (f"release:{jid}:direct", jid, "release", {"partition": r.target_partition}, reason))
