@@ -147,6 +147,19 @@ def _redact(url):
     return redact(url)
 
 
+def _load_config_or_none(prog, path):
+    """The validated config with logging set up, or None after one line `PROG: config error: ...`."""
+    from .live.config import load_config
+
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        print(f"{prog}: config error: {exc}", file=sys.stderr)
+        return None
+    _setup_logging(cfg.daemon.log_level)
+    return cfg
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="lucidd", description="Lucid GPU scheduler daemon for Slurm (docs/deploy.md)")
     p.add_argument("--config", required=True, help="TOML configuration file (keys: docs/config.md)")
@@ -155,14 +168,9 @@ def main(argv=None) -> int:
                    help="shadow mode: decide and record, change nothing in Slurm, leave the inbox alone")
     p.add_argument("--version", action="version", version=f"lucidd {__version__}")
     args = p.parse_args(argv)
-    from .live.config import load_config
-
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as exc:
-        print(f"lucidd: config error: {exc}", file=sys.stderr)
+    cfg = _load_config_or_none("lucidd", args.config)
+    if cfg is None:
         return 2
-    _setup_logging(cfg.daemon.log_level)
     try:
         daemon = Daemon(cfg, dry_run=args.dry_run)
         daemon.start()
@@ -203,15 +211,11 @@ def failopen_main(argv=None) -> int:
     args = p.parse_args(argv)
     from .backends.base import BackendError
     from .backends.slurm import SlurmBackend, SlurmRunner
-    from .live.config import load_config
     from .live.reconcile import heartbeat_age, open_inbox
 
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as exc:
-        print(f"lucidd-failopen: config error: {exc}", file=sys.stderr)
+    cfg = _load_config_or_none("lucidd-failopen", args.config)
+    if cfg is None:
         return 2
-    _setup_logging(cfg.daemon.log_level)
     age = heartbeat_age(cfg.daemon.heartbeat_file)
     bound = cfg.daemon.failopen_after_s
     if not args.force and age is not None and age <= bound:

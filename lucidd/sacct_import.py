@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .backends.base import PARTITION_TAG
+from .backends.slurm import json_int, json_time
 from .errors import LucidError
 
 #: lucidd's own partitions (docs/deploy.md): a job's VC is never one of these when it can be helped.
@@ -127,24 +128,6 @@ class ImportReport:
 
 # ----- small readers, tolerant of 22.05's plain values and newer Slurm's {"set", "number"} ----------
 
-def _int(v, default=None):
-    if v is None or isinstance(v, bool):
-        return default
-    if isinstance(v, dict):
-        if v.get("infinite") or v.get("set") is False:
-            return default
-        v = v.get("number")
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return default
-
-
-def _time(v):
-    t = _int(v, None)
-    return t if t else None  # 0: not set
-
-
 def _state(rec) -> str:
     s = rec.get("state")
     if isinstance(s, dict):
@@ -161,7 +144,7 @@ def _tres_gpus(items) -> int:
         if not isinstance(item, dict) or item.get("type") != "gres":
             continue
         name = str(item.get("name") or "")
-        count = _int(item.get("count"), 0) or 0
+        count = json_int(item.get("count"), 0) or 0
         if name == "gpu":
             total = max(total or 0, count)
         elif name.startswith("gpu:"):
@@ -172,7 +155,7 @@ def _tres_gpus(items) -> int:
 def _tres_count(items, kind: str) -> int:
     for item in items or []:
         if isinstance(item, dict) and item.get("type") == kind:
-            return _int(item.get("count"), 0) or 0
+            return json_int(item.get("count"), 0) or 0
     return 0
 
 
@@ -208,16 +191,16 @@ class _Run:
 
 
 def _read_run(rec: dict, order: int) -> _Run:
-    job_id = _int(rec.get("job_id"))
+    job_id = json_int(rec.get("job_id"))
     if job_id is None:
         raise ValueError("no job_id")
     display = str(job_id)
     array = rec.get("array") or {}
-    array_job, task = _int(array.get("job_id"), 0) or 0, _int(array.get("task_id"), None)
+    array_job, task = json_int(array.get("job_id"), 0) or 0, json_int(array.get("task_id"), None)
     if array_job and task is not None:
         display = f"{array_job}_{task}"
     het = rec.get("het") or {}
-    het_job, offset = _int(het.get("job_id"), 0) or 0, _int(het.get("job_offset"), None)
+    het_job, offset = json_int(het.get("job_id"), 0) or 0, json_int(het.get("job_offset"), None)
     if het_job and offset is not None:
         display = f"{het_job}+{offset}"
     t = rec.get("time") or {}
@@ -228,7 +211,7 @@ def _read_run(rec: dict, order: int) -> _Run:
     admin = comment.get("administrator") if isinstance(comment, dict) else ""
     assoc = rec.get("association") or {}
     return _Run(key=(str(rec.get("cluster") or ""), job_id), display_id=display,
-                submit=_time(t.get("submission")), start=_time(t.get("start")), end=_time(t.get("end")),
+                submit=json_time(t.get("submission")), start=json_time(t.get("start")), end=json_time(t.get("end")),
                 state=_state(rec), partition=str(rec.get("partition") or ""), gpus=gpus, cpus=cpus,
                 user=str(rec.get("user") or assoc.get("user") or ""), name=str(rec.get("name") or ""),
                 account=str(rec.get("account") or ""), admin_comment=str(admin or ""), order=order)

@@ -120,7 +120,9 @@ class SlurmRunner:
 _TRES_GPU = re.compile(r"(?:^|,)gres/gpu=(\d+)")
 
 
-def _int(v, default=None):
+def json_int(v, default=None):
+    """An integer from a Slurm JSON value: 22.05's plain numbers or newer Slurm's {set, infinite,
+    number}; `default` when unset, None when infinite."""
     if v is None or isinstance(v, bool):
         return default
     if isinstance(v, dict):  # newer Slurm: {"set": true, "infinite": false, "number": N}
@@ -135,8 +137,9 @@ def _int(v, default=None):
         return default
 
 
-def _time(v):
-    t = _int(v, None)
+def json_time(v):
+    """A Unix time from a Slurm JSON value; None when unset (Slurm writes 0)."""
+    t = json_int(v, None)
     return t if t else None  # 0 = not set
 
 
@@ -173,7 +176,7 @@ def job_gpus(rec: dict) -> int:
     if per_job:
         return per_job
     per_node = gres_gpu_count(rec.get("tres_per_node") or "")
-    return per_node * max(1, _int(rec.get("node_count"), 1) or 1)
+    return per_node * max(1, json_int(rec.get("node_count"), 1) or 1)
 
 
 def parse_job(rec: dict) -> LiveJob:
@@ -181,7 +184,7 @@ def parse_job(rec: dict) -> LiveJob:
     if isinstance(state, list):  # newer Slurm returns a list of flags
         state = state[0] if state else ""
     limit = rec.get("time_limit")
-    limit_min = _int(limit, None)
+    limit_min = json_int(limit, None)
     array_str = rec.get("array_task_string") or ""
     return LiveJob(
         job_id=int(rec["job_id"]),
@@ -192,18 +195,18 @@ def parse_job(rec: dict) -> LiveJob:
         state=str(state).upper(),
         reason=rec.get("state_reason") or "",
         gpus=job_gpus(rec),
-        nodes=max(1, _int(rec.get("node_count"), 1) or 1),
-        cpus=_int(rec.get("cpus"), 0) or 0,
-        submit_time=_time(rec.get("submit_time")) or 0,
-        start_time=_time(rec.get("start_time")),
-        end_time=_time(rec.get("end_time")),
+        nodes=max(1, json_int(rec.get("node_count"), 1) or 1),
+        cpus=json_int(rec.get("cpus"), 0) or 0,
+        submit_time=json_time(rec.get("submit_time")) or 0,
+        start_time=json_time(rec.get("start_time")),
+        end_time=json_time(rec.get("end_time")),
         time_limit_s=None if limit_min is None else limit_min * 60,
-        restart_count=_int(rec.get("restart_cnt"), 0) or 0,
+        restart_count=json_int(rec.get("restart_cnt"), 0) or 0,
         requeue=bool(rec.get("requeue", True)),
         comment=rec.get("comment") or "",
         admin_comment=rec.get("admin_comment") or "",
         array_pending=bool(array_str),  # only a not yet split array record has a task string ('1-9', '1,3,5')
-        priority=_int(rec.get("priority"), 0) or 0,
+        priority=json_int(rec.get("priority"), 0) or 0,
     )
 
 
@@ -270,12 +273,12 @@ def sacct_rows(data: dict) -> list[dict]:
                 "job_id": int(rec["job_id"]), "name": rec.get("name") or "", "user": rec.get("user") or "",
                 "account": rec.get("account") or "", "partition": rec.get("partition") or "",
                 "state": (state.get("current") if isinstance(state, dict) else str(state)) or "",
-                "gpus": gpus, "submit_time": _time(t.get("submission")), "start_time": _time(t.get("start")),
-                "end_time": _time(t.get("end")), "elapsed_s": _int(t.get("elapsed"), 0) or 0,
-                "limit_min": _int(t.get("limit"), None),
+                "gpus": gpus, "submit_time": json_time(t.get("submission")), "start_time": json_time(t.get("start")),
+                "end_time": json_time(t.get("end")), "elapsed_s": json_int(t.get("elapsed"), 0) or 0,
+                "limit_min": json_int(t.get("limit"), None),
                 "comment": (comment.get("job") if isinstance(comment, dict) else comment) or "",
                 "admin_comment": (comment.get("administrator") if isinstance(comment, dict) else "") or "",
-                "array_job_id": _int((rec.get("array") or {}).get("job_id"), 0) or 0,
+                "array_job_id": json_int((rec.get("array") or {}).get("job_id"), 0) or 0,
             })
         except (KeyError, TypeError, ValueError) as exc:
             log.warning("sacct: skipped a record lucidd cannot read (%s)", exc)
