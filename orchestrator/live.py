@@ -167,6 +167,10 @@ class LucidDecider(Decider):
             return "submitted with --no-requeue: Slurm cannot restart it after profiling"
         if j.array_pending:
             return "a job array: its tasks go to their partition together"
+        if j.priority == 0 or j.reason.startswith("JobHeld"):
+            return "held: it waits for its release in its own partition"
+        if j.dependency:
+            return f"waits for other jobs ({j.dependency}): it would only hold profiling room"
         if j.opted_out_of_profiling:
             return "comment has lucid:noprofile"
         if j.user in p.exempt_users:

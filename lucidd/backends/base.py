@@ -57,7 +57,8 @@ class LiveJob:
     comment: str = ""
     admin_comment: str = ""
     array_pending: bool = False  # a not yet split array record (one record for many tasks)
-    priority: int = 0
+    priority: int = 1  # 0: held (by its user or an admin)
+    dependency: str = ""  # sbatch --dependency, as Slurm reports it ("" when none is left)
 
     @property
     def pending(self) -> bool:

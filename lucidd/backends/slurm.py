@@ -206,7 +206,8 @@ def parse_job(rec: dict) -> LiveJob:
         comment=rec.get("comment") or "",
         admin_comment=rec.get("admin_comment") or "",
         array_pending=bool(array_str),  # only a not yet split array record has a task string ('1-9', '1,3,5')
-        priority=json_int(rec.get("priority"), 0) or 0,
+        priority=json_int(rec.get("priority"), 1),
+        dependency=rec.get("dependency") or "",
     )
 
 

@@ -395,3 +395,12 @@ def test_record_is_json_and_carries_the_config(decider):
     assert back["config"] == {"tprof_s": TPROF, "nprof_gpus": 8, "starvation_s": 96 * 3600,
                               "aging_halflife_s": 48 * 3600, "points_per_doubling": 1000}
     assert back["now"] == NOW and back["profiling_gpus"] == 32
+
+
+@pytest.mark.parametrize("kw,why", [({"priority": 0}, "held"), ({"reason": "JobHeldUser"}, "held"),
+                                    ({"dependency": "afterok:12(unfulfilled)"}, "waits for other jobs")])
+def test_held_and_dependent_jobs_skip_profiling(decider, kw, why):
+    """They could not start in profiling anyway and would only hold its room."""
+    j = lj(1, 1, **kw)
+    plan = decider.decide(inp([j]))
+    assert plan.profile == [] and ids(plan.release) == [1] and why in plan.release[0][1]
