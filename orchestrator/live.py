@@ -63,6 +63,107 @@ def site_factor(policy: LucidPolicy, job: Job, now: int, points_per_doubling: in
     return int(min(STARVING_BASE - 1, max(2, NORMAL_BASE - round(points_per_doubling * key)))), False
 
 
+# ----- profiling admission: one pure function for the daemon and the simulator ---------------------
+#
+# `p` is lucidd's [profiler] config section (orchestrator.slurm_mode builds the same section for a
+# replay); jobs are `LiveJob`s (or objects with the same fields) and records `JobRow`s (or objects
+# with first_seen, profile, requested_partition, original_submit, target_partition, estimate_s).
+
+def profiling_capacity(p, profiling_gpus: int, queue_len: int) -> int:
+    """GPUs the profiling jobs may hold at once: `capacity_gpus`, or automatically the larger of
+    Nprof and 3 % of the profiling partition's GPUs; `burst_capacity_gpus` while more than
+    `burst_queue` jobs wait for profiling; never more than the partition has."""
+    cap = p.capacity_gpus or max(p.nprof_gpus, int(math.ceil(0.03 * profiling_gpus)))
+    if queue_len > p.burst_queue and p.burst_capacity_gpus > cap:
+        cap = p.burst_capacity_gpus
+    return min(cap, profiling_gpus) if profiling_gpus else 0
+
+
+def profiling_skip_reason(p, j, record) -> str | None:
+    """Why job `j` goes to its partition without profiling, or None."""
+    if not p.enabled:
+        return "profiling is off ([profiler] enabled = false)"
+    if j.gpus <= 0:
+        return "asks for no GPU: nothing to profile"
+    if j.gpus > p.nprof_gpus:
+        return f"asks for {j.gpus} GPUs > Nprof {p.nprof_gpus}"
+    if not j.requeue:
+        return "submitted with --no-requeue: Slurm cannot restart it after profiling"
+    if j.array_pending:
+        return "a job array: its tasks go to their partition together"
+    if j.priority == 0 or j.reason.startswith("JobHeld"):
+        return "held: it waits for its release in its own partition"
+    if j.dependency:
+        return f"waits for other jobs ({j.dependency}): it would only hold profiling room"
+    if j.opted_out_of_profiling:
+        return "comment has lucid:noprofile"
+    if j.user in p.exempt_users:
+        return f"user {j.user} is exempt"
+    if j.account in p.exempt_accounts:
+        return f"account {j.account} is exempt"
+    req = record.requested_partition if record is not None else None
+    if req and any(x in p.exempt_partitions for x in req.split(",")):
+        return f"partition {req} is exempt"
+    if j.nodes > 1:
+        return "spans several nodes"
+    return None
+
+
+def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, profiling_gpus: int,
+                   plan: Plan | None = None, skip=None, capacity=None) -> Plan:
+    """One cycle's profiling decisions (plan.requeue, abandon, profile, release), as lucidd makes them.
+
+    Tprof: a job running in profiling for >= Tprof is requeued; one that ran far past it while
+    lucidd was away (> Tprof + max(60 s, 3 intervals)) is left to finish there. Inbox: jobs that
+    may be profiled go to profiling least-GPUs-first while the GPUs held by profiling jobs (running
+    or admitted, requeued ones excluded) stay within the capacity, strictly in that order; the rest
+    wait for the next cycle, unless they waited more than 2 x Tprof (then, and when a skip rule
+    applies, they go to their partition unprofiled)."""
+    plan = plan if plan is not None else Plan()
+    skip = skip or (lambda j, r: profiling_skip_reason(p, j, r))
+    capacity = capacity or (lambda queue_len: profiling_capacity(p, profiling_gpus, queue_len))
+    tprof = p.tprof_s
+    # Tprof: requeue; a job that ran far past it while lucidd was away finishes where it is.
+    grace = max(60.0, 3 * interval_s)
+    used = 0
+    for j in profiling:
+        r = records.get(j.job_id)
+        if r is None or r.profile in ("requeued", "released"):
+            continue  # waiting to leave: holds no GPU
+        used += j.gpus  # abandoned jobs still run in profiling and hold their GPUs
+        if r.profile == "abandoned" or j.state != "RUNNING" or not j.start_time:
+            continue
+        ran = now - j.start_time
+        if ran > tprof + grace:
+            plan.abandon.append((j.job_id, f"ran {ran} s in profiling, past Tprof {tprof} s + {grace:g} s "
+                                            "(lucidd was away): left to finish there"))
+        elif ran >= tprof:
+            plan.requeue.append((j.job_id, f"ran {ran} s >= Tprof {tprof} s in profiling without ending"))
+    # Inbox: least GPUs first into profiling while capacity lasts; the rest go to their partition.
+    candidates = []
+    for j in inbox:
+        r = records.get(j.job_id)
+        why = skip(j, r)
+        if why is not None:
+            plan.release.append((j.job_id, f"not profiled: {why}"))
+            continue
+        waited = now - (r.first_seen if r is not None else now)
+        if waited > 2 * tprof:  # profiling would delay it more than it is worth
+            plan.release.append((j.job_id, f"not profiled: waited {waited} s for profiling room "
+                                           f"(> 2 x Tprof)"))
+            continue
+        candidates.append(live_job(j, r))
+    candidates.sort(key=LeastGPUFirst.pending_key)
+    cap = capacity(len(candidates))
+    for job in candidates:
+        if used + job.gpu_num > cap:
+            break  # strict least-GPUs-first: nothing bigger fits either
+        used += job.gpu_num
+        plan.profile.append((job.job_id, f"profiling: {job.gpu_num} GPU(s), least-GPUs-first, "
+                                         f"{used}/{cap} profiling GPUs in use, Tprof {tprof} s"))
+    return plan
+
+
 class LiveEstimator:
     """Duration estimates for live jobs: the update engine's current EBM when one exists, else the
     fallback rule (mean of finished jobs with the same GPU count, else of all, else a constant)."""
@@ -147,86 +248,18 @@ class LucidDecider(Decider):
         self._refit_thread = None
         self.last_background = ""
 
-    # -- profiling -----------------------------------------------------------------------------
+    # -- profiling ----------------------------------------------------------------------------
     def capacity(self, inp: DecisionInput, queue_len: int) -> int:
-        p = self.cfg.profiler
-        cap = p.capacity_gpus or max(p.nprof_gpus, int(math.ceil(0.03 * inp.profiling_gpus)))
-        if queue_len > p.burst_queue and p.burst_capacity_gpus > cap:
-            cap = p.burst_capacity_gpus
-        return min(cap, inp.profiling_gpus) if inp.profiling_gpus else 0
+        return profiling_capacity(self.cfg.profiler, inp.profiling_gpus, queue_len)
 
     def skip_reason(self, j, record) -> str | None:
-        p = self.cfg.profiler
-        if not p.enabled:
-            return "profiling is off ([profiler] enabled = false)"
-        if j.gpus <= 0:
-            return "asks for no GPU: nothing to profile"
-        if j.gpus > p.nprof_gpus:
-            return f"asks for {j.gpus} GPUs > Nprof {p.nprof_gpus}"
-        if not j.requeue:
-            return "submitted with --no-requeue: Slurm cannot restart it after profiling"
-        if j.array_pending:
-            return "a job array: its tasks go to their partition together"
-        if j.priority == 0 or j.reason.startswith("JobHeld"):
-            return "held: it waits for its release in its own partition"
-        if j.dependency:
-            return f"waits for other jobs ({j.dependency}): it would only hold profiling room"
-        if j.opted_out_of_profiling:
-            return "comment has lucid:noprofile"
-        if j.user in p.exempt_users:
-            return f"user {j.user} is exempt"
-        if j.account in p.exempt_accounts:
-            return f"account {j.account} is exempt"
-        req = record.requested_partition if record is not None else None
-        if req and any(x in p.exempt_partitions for x in req.split(",")):
-            return f"partition {req} is exempt"
-        if j.nodes > 1:
-            return "spans several nodes"
-        return None
+        return profiling_skip_reason(self.cfg.profiler, j, record)
 
     def decide(self, inp: DecisionInput) -> Plan:
-        plan = Plan()
+        plan = plan_profiling(self.cfg.profiler, self.cfg.daemon.interval_s, inp.now, inp.inbox, inp.profiling,
+                              inp.records, inp.profiling_gpus, skip=self.skip_reason,
+                              capacity=lambda queue_len: self.capacity(inp, queue_len))
         now = inp.now
-        p = self.cfg.profiler
-        tprof = p.tprof_s
-        # Tprof: requeue; a job that ran far past it while lucidd was away finishes where it is.
-        grace = max(60.0, 3 * self.cfg.daemon.interval_s)
-        used = 0
-        for j in inp.profiling:
-            r = inp.records.get(j.job_id)
-            if r is None or r.profile in ("requeued", "released"):
-                continue  # waiting to leave: holds no GPU
-            used += j.gpus  # abandoned jobs still run in profiling and hold their GPUs
-            if r.profile == "abandoned" or j.state != "RUNNING" or not j.start_time:
-                continue
-            ran = now - j.start_time
-            if ran > tprof + grace:
-                plan.abandon.append((j.job_id, f"ran {ran} s in profiling, past Tprof {tprof} s + {grace:g} s "
-                                                "(lucidd was away): left to finish there"))
-            elif ran >= tprof:
-                plan.requeue.append((j.job_id, f"ran {ran} s >= Tprof {tprof} s in profiling without ending"))
-        # Inbox: least GPUs first into profiling while capacity lasts; the rest go to their partition.
-        candidates = []
-        for j in inp.inbox:
-            r = inp.records.get(j.job_id)
-            why = self.skip_reason(j, r)
-            if why is not None:
-                plan.release.append((j.job_id, f"not profiled: {why}"))
-                continue
-            waited = now - (r.first_seen if r is not None else now)
-            if waited > 2 * tprof:  # profiling would delay it more than it is worth
-                plan.release.append((j.job_id, f"not profiled: waited {waited} s for profiling room "
-                                               f"(> 2 x Tprof)"))
-                continue
-            candidates.append(live_job(j, r))
-        candidates.sort(key=LeastGPUFirst.pending_key)
-        cap = self.capacity(inp, len(candidates))
-        for job in candidates:
-            if used + job.gpu_num > cap:
-                break  # strict least-GPUs-first: nothing bigger fits either
-            used += job.gpu_num
-            plan.profile.append((job.job_id, f"profiling: {job.gpu_num} GPU(s), least-GPUs-first, "
-                                             f"{used}/{cap} profiling GPUs in use, Tprof {tprof} s"))
         # Main queues: Lucid's order as SiteFactor.
         if self.cfg.ordering.enabled:
             released = {jid for jid, _ in plan.release}

@@ -4,7 +4,8 @@ What most Slurm sites run today, and what lucidd replaces (docs/simulator.md, "T
 baseline"). Modelled on Slurm 22.05's semantics:
 
 * Priority is age: earliest submit first, ties by submission order (`seq`), i.e. FIFO inside a
-  partition (a VC).
+  partition (a VC). The priority is pluggable (`priority=`): Lucid as lucidd runs it
+  (orchestrator/slurm_mode.py) uses the same engine with lucidd's SiteFactor, higher first.
 * The main scheduler starts jobs in priority order until the first one that does not fit.
 * Backfill then walks the queue in priority order (at most `bf_max_job_test` jobs, counted from
   that first blocked job). A job that cannot start now gets a reservation at its earliest start,
@@ -256,13 +257,24 @@ class _Frontier:
             self.multi.append((g, lim))
 
 
+def age_priority(job):
+    """Slurm's multifactor priority with only the age factor: earliest submit first, ties by
+    submission order (a job id in Slurm, `seq` here)."""
+    return (job.submit_time, job.seq)
+
+
 class SlurmBackfill(Policy):
-    """Slurm 22.05 default scheduling: multifactor priority by age + sched/backfill (see module doc)."""
+    """Slurm 22.05 default scheduling: multifactor priority by age + sched/backfill (see module doc).
+
+    `priority`: the queue order, a static sort key per job, ascending = scheduled first (default
+    `age_priority`). The main scheduler and backfill are the same whatever the order: Lucid on
+    Slurm passes lucidd's SiteFactor here (orchestrator/slurm_mode.py)."""
 
     name = "slurm"
 
-    def __init__(self, config: SlurmConfig | None = None):
+    def __init__(self, config: SlurmConfig | None = None, priority=None):
         self.config = config or SlurmConfig()
+        self.pending_key = priority or age_priority
         self._limits = {}  # job -> its modelled time limit (a pure function of its duration)
         self._releases = {}  # job -> (start_time, limit end, layout) while it runs
 
@@ -287,10 +299,6 @@ class SlurmBackfill(Policy):
         options = options or {}
         kw = {k: options[k] for k in ("bf_max_job_test", "bf_window_s") if options.get(k) is not None}
         return cls(SlurmConfig(limit_rule=parse_limit_rule(options.get("limit_rule")), **kw))
-
-    @staticmethod
-    def pending_key(job):
-        return (job.submit_time, job.seq)
 
     def describe(self) -> str:
         c = self.config
