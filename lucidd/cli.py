@@ -94,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="allowed relative excess of p99.9/avg queue over the reference (default 0.0; e.g. 0.05 = 5%%)")
     t.add_argument("--workers", type=int, help="parallel replays (default: up to 4 CPUs; >= 1)")
     t.add_argument("--scale-nodes", type=float, metavar="F", help="as for simulate: every VC's node count x F")
+    t.add_argument("--skip-bad-rows", action="store_true", help="as for simulate: drop malformed trace rows")
     t.add_argument("--out", default="tune-out", help="where proposal.json and tuning_points.csv go (default ./tune-out)")
     for flag in ("--colocation", "--profiles"):
         t.add_argument(flag, help="as for simulate")
@@ -155,6 +156,15 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("lucidctl: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `lucidctl ... | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _input_paths(args) -> list:
+    """The files a run reads, which its --out must never remove."""
+    return [getattr(args, k, None) for k in ("trace", "vc_config", "estimates", "colocation", "profiles")
+            if getattr(args, k, None) not in (None, "sample")]
 
 
 def _cli_words(message: str) -> str:
@@ -340,7 +350,7 @@ def cmd_simulate(args) -> int:
     else:
         policies = [p for p in known if p in DEFAULT_POLICIES or p == "lucid"]
     _check_args(args)
-    out = OutputDir.prepare(args.out, "simulate")
+    out = OutputDir.prepare(args.out, "simulate", protect=_input_paths(args))
     loaded, exp = _experiment_from_args(args, "simulate")
     if not args.json:
         print(loaded.report())
@@ -388,7 +398,7 @@ def cmd_tune(args) -> int:
     from .outdir import OutputDir
 
     _check_args(args)
-    out = OutputDir.prepare(args.out, "tune")
+    out = OutputDir.prepare(args.out, "tune", protect=_input_paths(args))
     loaded, exp = _experiment_from_args(args, "replay")
     if not args.json:
         print(f"replaying {loaded.report()}")

@@ -53,6 +53,12 @@ def _files(root: str) -> list[str]:
     return out
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 class OutputDir:
     """An output directory made ready for one run (see the module docstring)."""
 
@@ -62,9 +68,10 @@ class OutputDir:
         self.stale = stale  # relative paths an earlier lucidctl run left; removed by clear()
 
     @classmethod
-    def prepare(cls, path, command: str, flag: str = "--out") -> "OutputDir":
+    def prepare(cls, path, command: str, flag: str = "--out", protect=()) -> "OutputDir":
         """Create the directory if needed and check it can be written and holds nothing foreign.
-        Raises ConfigError naming `flag` and the path."""
+        `protect`: this run's input files, never to be removed. Raises ConfigError naming `flag`
+        and the path."""
         path = os.fspath(path)
         where = f"{flag} {path}"
         if os.path.lexists(path) and not os.path.isdir(path):
@@ -97,7 +104,18 @@ class OutputDir:
             except (OSError, ValueError, AttributeError):
                 listed = set()
         present = _files(path)
-        stale = [f for f in present if f in listed or _ours(f)]
+        if listed:
+            stale = [f for f in present if f in listed or f == MANIFEST]
+        else:
+            # No manifest (a run from before manifests): our output names count as ours only
+            # beside a summary.csv or proposal.json, the files every such run wrote; a lone
+            # jobs_mine.csv is the user's.
+            legacy = "summary.csv" in present or "proposal.json" in present
+            stale = [f for f in present if legacy and _ours(f)]
+        inputs = {os.path.realpath(p) for p in protect if p}
+        for f in stale:
+            if os.path.realpath(os.path.join(path, f)) in inputs:
+                raise ConfigError(f"{where}: holds {f}, an input of this run; give another output directory")
         foreign = [f for f in present if f not in stale]
         if foreign:
             shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
@@ -127,6 +145,7 @@ class OutputDir:
                **(info or {}), "files": files}
         target = os.path.join(self.path, MANIFEST)
         fd, tmp = tempfile.mkstemp(dir=self.path, prefix=".manifest-")
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; the other outputs follow the umask
         with os.fdopen(fd, "w") as fh:
             json.dump(doc, fh, indent=2, default=str)
             fh.write("\n")

@@ -89,6 +89,9 @@ def save_model(obj: Any, stamp: ModelStamp, path: str | os.PathLike) -> None:
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-model-")
     os.close(fd)
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes it 0600; a saved model is as readable as other outputs
     try:
         joblib.dump({"stamp": dataclasses.asdict(stamp), "model": obj}, tmp)
         os.replace(tmp, path)

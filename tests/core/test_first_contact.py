@@ -421,3 +421,22 @@ def test_plot_titles_name_the_trace_and_the_cluster(tmp_path, capsys, monkeypatc
                       "--no-progress", "--out", str(tmp_path / "o")], capsys)
     assert rc == 0, err
     assert titles == [f"{small_trace.parent.name}/small.csv: 3 jobs on 1 VC, 2 nodes, 16 GPUs"] * 2
+
+
+def test_out_never_removes_a_users_file_or_an_input(tmp_path):
+    """A file named like our outputs is the user's unless a manifest (or an earlier run's
+    summary.csv) says otherwise; an input of the run is never removed."""
+    from lucidd.cli import main
+    from lucidd.traces import sample_trace_path
+
+    trace = tmp_path / "jobs_mine.csv"
+    trace.write_bytes(open(sample_trace_path(), "rb").read())
+    assert main(["simulate", "--trace", str(trace), "--policies", "fifo", "--no-plots", "--no-progress",
+                 "--out", str(tmp_path)]) == 2
+    assert trace.exists()
+    out = tmp_path / "o"
+    assert main(["simulate", "--policies", "fifo", "--no-plots", "--no-progress", "--out", str(out)]) == 0
+    assert oct((out / "manifest.json").stat().st_mode & 0o777) != "0o600"
+    (out / "jobs_fifo.csv").rename(out / "keep.csv")
+    assert main(["simulate", "--trace", str(out / "keep.csv"), "--format", "csv", "--policies", "fifo",
+                 "--no-plots", "--no-progress", "--out", str(out)]) == 2  # keep.csv is not in the manifest
