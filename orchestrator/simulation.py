@@ -1,11 +1,18 @@
 """Lucid in the simulator: models + profiler + binder + orchestrator on a replayed trace.
 
-Registers `lucid` and its ablations with lucidd.experiment so `lucidctl simulate --policies`
-knows them:
-  lucid             profiler, EBM duration estimates, packing
-  lucid-noprofiler  no profiling partition (all nodes serve the main queue)
-  lucid-nopacking   never shares GPUs
+Registers two families with lucidd.experiment so `lucidctl simulate --policies` knows them.
+
+Lucid as lucidd runs it on Slurm (orchestrator/slurm_mode.py; what an admin gets):
+  lucid             lucidd's profiling partition and SiteFactor order, Slurm's backfill starts jobs
+  lucid-noprofiler  the same with `[profiler] enabled = false`
   lucid-oracle      true durations instead of estimates
+  lucid-nopacking   the same as `lucid` (lucidd applies no packing live), kept so the name works
+Lucid's own engine, as the paper's artifact runs it (never backfills, places jobs itself, packs,
+dedicated Cprof profiling nodes):
+  lucid-standalone             profiler, EBM duration estimates, packing
+  lucid-standalone-noprofiler  no profiling partition (all nodes serve the main queue)
+  lucid-standalone-nopacking   never shares GPUs
+  lucid-standalone-oracle      true durations instead of estimates
 Every model is trained only on data that precedes what it predicts (docs/lucid.md).
 """
 
@@ -164,10 +171,11 @@ def synthetic_labels(trace: pd.DataFrame, thresholds=(0.95, 0.85)) -> pd.DataFra
 # ----- the runner -----------------------------------------------------------------------------
 
 def run_lucid(exp: Experiment, jobs, on_progress, variant: str) -> SimulationResult:
+    """Lucid's own engine (`lucid-standalone*`): the paper artifact's scheduler."""
     trace = exp.trace
-    use_profiler = variant != "lucid-noprofiler"
-    packing = variant != "lucid-nopacking"
-    oracle = variant == "lucid-oracle"
+    use_profiler = not variant.endswith("-noprofiler")
+    packing = not variant.endswith("-nopacking")
+    oracle = variant.endswith("-oracle")
 
     est = trace["duration"].astype(float) if oracle else duration_estimates(exp)
     classes = packing_classes(exp) if packing else pd.Series(np.nan, index=trace.index)
@@ -261,5 +269,41 @@ def default_profiler_nodes(spec) -> int:
     return max(1, round(spec.total_nodes * 0.015))
 
 
-for _name in ("lucid", "lucid-noprofiler", "lucid-nopacking", "lucid-oracle"):
+def run_lucid_on_slurm(exp: Experiment, jobs, on_progress, variant: str) -> SimulationResult:
+    """Lucid as lucidd runs it (`lucid*`): orchestrator/slurm_mode.py."""
+    from lucidd.policies.slurm_backfill import SlurmBackfill
+
+    from .slurm_mode import LucidOnSlurm, live_config
+
+    trace = exp.trace
+    est = trace["duration"].astype(float) if variant.endswith("-oracle") else duration_estimates(exp)
+    est_by_id = dict(zip(trace["job_id"], est))
+    for j in jobs:
+        j.estimate = max(1.0, float(est_by_id[j.job_id]))
+    opts = {k: exp.options.get(k) for k in ("tprof", "nprof", "cprof", "starvation_s", "aging_halflife_s",
+                                            "points_per_doubling", "interval_s", "prof_capacity_gpus",
+                                            "prof_burst_gpus", "prof_burst_queue")}
+    opts["profiling"] = not variant.endswith("-noprofiler") and bool(_option(exp, "profiling", True))
+    live = live_config(opts)
+    options = exp.options
+
+    def make_slurm(priority):
+        policy = SlurmBackfill.from_options(options)
+        policy.pending_key = priority
+        return policy
+
+    offset = int(pd.Timestamp(exp.origin).timestamp()) if exp.origin is not None else 0
+    sim = LucidOnSlurm(jobs, exp.spec, live, make_slurm, restart_s=int(_option(exp, "restart_s", 1)),
+                       clock_offset=offset)
+    stats = sim.run(on_progress)
+    frame = results_frame(jobs)
+    extra = {"summary": {"profiler_finished": stats.finished_in_profiler}, "profiler": stats.as_dict()}
+    return SimulationResult(variant, frame, sim.series_frame(), exp.spec.total_gpus, extra)
+
+
+for _name in ("lucid-standalone", "lucid-standalone-noprofiler", "lucid-standalone-nopacking",
+              "lucid-standalone-oracle"):
     POLICY_BUILDERS[_name] = (lambda n: (lambda exp, jobs, on_progress: run_lucid(exp, jobs, on_progress, n)))(_name)
+for _name in ("lucid", "lucid-noprofiler", "lucid-nopacking", "lucid-oracle"):
+    POLICY_BUILDERS[_name] = (lambda n: (lambda exp, jobs, on_progress: run_lucid_on_slurm(exp, jobs, on_progress,
+                                                                                          n)))(_name)

@@ -77,8 +77,9 @@ def test_one_job_trace_runs_every_lucid_variant_on_a_one_node_cluster(tmp_path, 
     trace = tmp_path / "one.csv"
     trace.write_text(ONE_JOB)
     rc, out, err = run(["--json", "simulate", "--trace", str(trace), "--out", str(tmp_path / "o"), "--no-progress",
-                        "--no-plots", "--policies", "tiresias,lucid,lucid-noprofiler,lucid-nopacking,lucid-oracle"],
-                       capsys)
+                        "--no-plots", "--policies", "tiresias,lucid,lucid-noprofiler,lucid-nopacking,lucid-oracle,"
+                        "lucid-standalone,lucid-standalone-noprofiler,lucid-standalone-nopacking,"
+                        "lucid-standalone-oracle"], capsys)
     assert rc == 0, err
     d = json.loads(out)
     assert d["cluster"] == {"a": {"nodes": 1, "gpus_per_node": 8}}  # not 567 (or 5,000) nodes for one GPU
@@ -92,7 +93,7 @@ def test_one_class_packing_labels_on_a_larger_trace(tmp_path, capsys):
     trace = tmp_path / "alike.csv"
     trace.write_text(ONE_JOB.splitlines()[0] + "\n" + "\n".join(rows) + "\n")
     rc, out, err = run(["simulate", "--trace", str(trace), "--out", str(tmp_path / "o"), "--no-progress",
-                        "--no-plots", "--policies", "lucid"], capsys)
+                        "--no-plots", "--policies", "lucid-standalone"], capsys)  # the engine that packs
     assert rc == 0, err
     assert "Tiny/Medium/Jumbo = 29/0/0" in out
 

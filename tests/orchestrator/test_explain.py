@@ -1,4 +1,8 @@
-"""`lucidctl explain job ID --sim-out DIR`: every simulated Lucid decision can be explained."""
+"""`lucidctl explain job ID --sim-out DIR`: every simulated Lucid decision can be explained.
+
+Packing decisions come from Lucid's own engine (`lucid-standalone`, which packs); `lucid` (Lucid as
+lucidd runs it on Slurm) packs nothing and is explained by its SiteFactor rank, Slurm's start and the
+profiling partition."""
 
 import json
 import shutil
@@ -13,8 +17,8 @@ DOCUMENTED_KEYS = {"job_id", "policy", "jobs_file", "origin", "job", "estimate",
                    "warnings"}
 
 
-def _simulate(out, *extra):
-    assert main(["simulate", "--policies", "lucid", "--no-plots", "--no-progress", "--out", str(out), *extra]) == 0
+def _simulate(out, *extra, policy="lucid-standalone"):
+    assert main(["simulate", "--policies", policy, "--no-plots", "--no-progress", "--out", str(out), *extra]) == 0
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +41,8 @@ def two_weeks(tmp_path_factory):
     return trace, out
 
 
-def _jobs(out):
-    return pd.read_csv(out / "jobs_lucid.csv")
+def _jobs(out, policy="lucid-standalone"):
+    return pd.read_csv(out / f"jobs_{policy}.csv")
 
 
 def _explain_json(capsys, out, job_id):
@@ -101,7 +105,7 @@ def test_explain_not_packed_job_says_why(sample_out, capsys):
 def test_json_has_documented_keys(sample_out, capsys):
     job_id = _jobs(sample_out)["job_id"].iloc[10]
     r = _explain_json(capsys, sample_out, job_id)
-    assert set(r) == DOCUMENTED_KEYS and r["job_id"] == str(job_id) and r["policy"] == "lucid"
+    assert set(r) == DOCUMENTED_KEYS and r["job_id"] == str(job_id) and r["policy"] == "lucid-standalone"
     job_keys = {"gpu_num", "submit_time", "start_time", "end_time", "queue_s", "jct_s", "duration"}
     assert set(r["job"]).issuperset(job_keys)
     assert {"seconds", "actual_s", "source", "model_version", "model_seconds", "kind", "reason", "intercept",
@@ -121,7 +125,7 @@ def test_unknown_job_and_missing_inputs_exit_2(sample_out, tmp_path, capsys):
     assert "no such simulation output directory" in capsys.readouterr().err
     bare = tmp_path / "bare"
     bare.mkdir()
-    shutil.copy(sample_out / "jobs_lucid.csv", bare / "jobs_lucid.csv")
+    shutil.copy(sample_out / "jobs_lucid-standalone.csv", bare / "jobs_lucid.csv")
     assert main(["explain", "job", "100001", "--sim-out", str(bare)]) == 2
     assert "no saved models" in capsys.readouterr().err
 
@@ -166,3 +170,28 @@ def test_aging_flag_reaches_the_policy_and_the_explanation(tmp_path, sample_out,
     assert "halved per 1 h waited" in row["decision"]
     r = _explain_json(capsys, out, row["job_id"])
     assert r["decision"]["queue_rank"] is not None
+
+
+@pytest.fixture(scope="module")
+def slurm_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("slurm")
+    _simulate(out, "--end", str(2 * 86400), policy="lucid")
+    return out
+
+
+def test_explain_lucid_on_slurm(slurm_out, capsys):
+    jobs = _jobs(slurm_out, "lucid")
+    assert not jobs["shared"].any() and jobs["packed_with"].isna().all()
+    requeued = jobs[jobs["profiled"] & ~jobs["profiler_finished"]].iloc[0]
+    r = _explain_json(capsys, slurm_out, requeued["job_id"])
+    assert r["policy"] == "lucid" and r["profiler"]["profiled"] and not r["profiler"]["finished"]
+    assert "requeued" in r["profiler"]["reason"]
+    d = r["decision"]
+    assert d["role"] == "exclusive" and d["packed"] is False and d["queue_rank"] >= 1
+    assert d["not_packed_because"] == "lucidd applies no packing on a live cluster"
+    assert "SiteFactor" in d["reason"] and "by Slurm" in d["reason"]
+    done = jobs[jobs["profiler_finished"]].iloc[0]
+    r = _explain_json(capsys, slurm_out, done["job_id"])
+    assert r["decision"]["role"] == "profiler" and r["profiler"]["finished"]
+    backfilled = jobs[jobs["decision"].fillna("").str.contains("backfilled by Slurm")]
+    assert len(backfilled)  # the sample queues: Slurm backfills some of lucidd's lower-ranked jobs

@@ -1,0 +1,175 @@
+"""Load sweep (issue 11): every policy at several cluster sizes, with Lucid's ratios to the baselines.
+
+Points: Venus September 2020 on its VC config x 0.8, 1.0, 1.25, and whole Philly (82,247 jobs, VCs
+sized from the trace) x 1, 1.5, 2 (`lucidctl simulate --scale-nodes F`). Policies: fifo, slurm,
+qssf, tiresias and lucid (Lucid as lucidd runs it on Slurm, shipped defaults, no S-Lab files).
+Per point it prints the offered load, each policy's avg JCT / avg queue / p99.9 queue / GPU
+utilisation / replay seconds, then Lucid's ratios to Tiresias, QSSF and slurm (other / lucid:
+above 1 means Lucid is better) and the checks of issue 11.
+
+Each point is the same as one command, e.g.
+  .venv/bin/lucidctl simulate --trace ../shared/traces/helios_venus_sept2020_lucid/jobs.csv \\
+      --vc-config ../shared/traces/helios_venus_sept2020_lucid/vc_config.csv --scale-nodes 0.8 \\
+      --policies fifo,slurm,qssf,tiresias,lucid --no-plots
+Run: .venv/bin/python bench/bench_sweep.py [--points venus:0.8,philly:2] [--policies ...]
+     [--cache DIR] (replays already in DIR are read back instead of run again; each is a
+     summary JSON plus the per-job CSV, so a change to one policy re-runs only that policy
+     with --fresh POLICY).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+VENUS = SHARED / "traces" / "helios_venus_sept2020_lucid"
+PHILLY = SHARED / "traces" / "philly_sia_completed" / "philly.csv"
+POINTS = ("venus:0.8", "venus:1.0", "venus:1.25", "philly:1", "philly:1.5", "philly:2")
+POLICIES = ("fifo", "slurm", "qssf", "tiresias", "lucid")
+
+
+def experiment(point: str):
+    from lucidd.experiment import make_experiment
+    from lucidd.traces import load_trace
+
+    name, factor = point.split(":")
+    f = float(factor)
+    if name == "venus":
+        return make_experiment(load_trace(VENUS / "jobs.csv"), vc_config=VENUS / "vc_config.csv", scale_nodes=f)
+    return make_experiment(load_trace(PHILLY), scale_nodes=f)
+
+
+def command(point: str, policies) -> str:
+    name, factor = point.split(":")
+    if name == "venus":
+        src = ("--trace ../shared/traces/helios_venus_sept2020_lucid/jobs.csv "
+               "--vc-config ../shared/traces/helios_venus_sept2020_lucid/vc_config.csv")
+    else:
+        src = "--trace ../shared/traces/philly_sia_completed/philly.csv"
+    return f".venv/bin/lucidctl simulate {src} --scale-nodes {factor} --policies {','.join(policies)} --no-plots"
+
+
+def offered_load(exp) -> float:
+    t = exp.trace
+    span = float(t["submit_time"].max() - t["submit_time"].min()) or 1.0
+    return float((t["gpu_num"] * t["duration"]).sum()) / (exp.spec.total_gpus * span)
+
+
+def run_point(point, policies, cache: Path | None, fresh=()):
+    """{policy: summary row (+ seconds)}; per-job frames land in the cache as jobs_<policy>.csv."""
+    from lucidd.metrics import summarize
+
+    exp = None
+    rows = {}
+    pdir = cache / point.replace(":", "_x") if cache else None
+    for p in policies:
+        if pdir is not None and (pdir / f"{p}.json").exists() and p not in fresh:
+            rows[p] = json.loads((pdir / f"{p}.json").read_text())
+            continue
+        if exp is None:
+            exp = experiment(point)
+        t = time.perf_counter()
+        r = exp.run(p)
+        s = summarize(p, r.jobs, r.series, r.total_gpus)
+        s.update(r.extra.get("summary", {}))
+        s["seconds"] = round(time.perf_counter() - t, 2)
+        s["offered_load"] = offered_load(exp)
+        s["nodes"] = exp.spec.total_nodes
+        rows[p] = s
+        if pdir is not None:
+            pdir.mkdir(parents=True, exist_ok=True)
+            r.jobs.to_csv(pdir / f"jobs_{p}.csv", index=False)
+            (pdir / f"{p}.json").write_text(json.dumps(s, default=float))
+        print(f"  [{point}] {p}: {s['seconds']:.1f} s", file=sys.stderr, flush=True)
+    return rows
+
+
+def report(point, rows, policies) -> list[dict]:
+    any_row = next(iter(rows.values()))
+    print(f"\n== {point}: {any_row['jobs']:,} jobs, {any_row['nodes']} nodes, offered load "
+          f"{any_row['offered_load'] * 100:.1f} %")
+    print(f"   {command(point, policies)}")
+    print(f"   {'policy':9s} {'avg_jct_s':>10s} {'avg_queue_s':>11s} {'p999_queue_s':>12s} {'gpu_util':>8s} "
+          f"{'prof.fin':>8s} {'seconds':>8s}")
+    for p in policies:
+        s = rows[p]
+        print(f"   {p:9s} {s['avg_jct_s']:10,.0f} {s['avg_queue_s']:11,.0f} {s['p999_queue_s']:12,.0f} "
+              f"{s['gpu_util']:8.3f} {int(s.get('profiler_finished', 0)):8,} {s['seconds']:8.1f}")
+    checks = []
+    if "lucid" not in rows:
+        return checks
+    lu = rows["lucid"]
+
+    def ratio(a, b):
+        return a / b if b else float("inf") if a else 1.0
+
+    print(f"   lucid vs  {'JCT x':>7s} {'queue x':>8s} {'p99.9 x':>8s}   (other / lucid: > 1 means Lucid is better)")
+    for ref in ("tiresias", "qssf", "slurm"):
+        if ref in rows:
+            r = rows[ref]
+            print(f"   {ref:9s} {ratio(r['avg_jct_s'], lu['avg_jct_s']):7.3f} "
+                  f"{ratio(r['avg_queue_s'], lu['avg_queue_s']):8.3f} {ratio(r['p999_queue_s'], lu['p999_queue_s']):8.3f}")
+
+    def check(name, ok, detail):
+        checks.append({"point": point, "check": name, "ok": bool(ok), "detail": detail})
+
+    if "qssf" in rows:
+        q = rows["qssf"]
+        check("avg JCT <= qssf", lu["avg_jct_s"] <= q["avg_jct_s"], f"{lu['avg_jct_s']:,.0f} vs {q['avg_jct_s']:,.0f}")
+        d = (q["gpu_util"] - lu["gpu_util"]) * 100
+        check("GPU util >= qssf - 2 points", d <= 2, f"{lu['gpu_util']:.3f} vs {q['gpu_util']:.3f} ({-d:+.1f} pt)")
+    if "slurm" in rows:
+        s = rows["slurm"]
+        check("avg JCT <= slurm", lu["avg_jct_s"] <= s["avg_jct_s"], f"{lu['avg_jct_s']:,.0f} vs {s['avg_jct_s']:,.0f}")
+        check("p99.9 queue <= slurm", lu["p999_queue_s"] <= s["p999_queue_s"],
+              f"{lu['p999_queue_s']:,.0f} vs {s['p999_queue_s']:,.0f}")
+    if "tiresias" in rows:
+        t = rows["tiresias"]
+        g = ratio(t["avg_jct_s"], lu["avg_jct_s"])
+        if point in ("venus:1.0", "venus:1.25"):
+            check("JCT >= 1.03x tiresias", g >= 1.03, f"{g:.3f}x")
+            check("avg queue <= tiresias", lu["avg_queue_s"] <= t["avg_queue_s"],
+                  f"{lu['avg_queue_s']:,.0f} vs {t['avg_queue_s']:,.0f}")
+            check("p99.9 queue <= tiresias", lu["p999_queue_s"] <= t["p999_queue_s"],
+                  f"{lu['p999_queue_s']:,.0f} vs {t['p999_queue_s']:,.0f}")
+        if point.startswith("philly"):
+            check("JCT >= 0.9x tiresias", g >= 0.9, f"{g:.3f}x")
+    if point.startswith("philly"):
+        slowest = max(rows[p]["seconds"] for p in policies if p != "lucid" and not p.startswith("lucid"))
+        check("replay <= 5x slowest baseline", lu["seconds"] <= 5 * slowest,
+              f"{lu['seconds']:.1f} s vs {slowest:.1f} s ({lu['seconds'] / slowest:.1f}x)")
+    for c in checks:
+        print(f"   {'ok  ' if c['ok'] else 'MISS'} {c['check']}: {c['detail']}")
+    return checks
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", default=",".join(POINTS))
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--cache", help="folder for replays (read back when present)")
+    ap.add_argument("--fresh", default="", help="policies to replay again even when cached")
+    args = ap.parse_args(argv)
+    if not VENUS.is_dir() or not PHILLY.is_file():
+        sys.exit(f"needs {VENUS} and {PHILLY} (the shared traces)")
+    policies = [p for p in args.policies.split(",") if p]
+    cache = Path(args.cache) if args.cache else None
+    fresh = {p for p in args.fresh.split(",") if p}
+    checks = []
+    for point in args.points.split(","):
+        rows = run_point(point, policies, cache, fresh)
+        checks += report(point, rows, policies)
+    if checks:
+        missed = [c for c in checks if not c["ok"]]
+        print(f"\n{len(checks) - len(missed)} of {len(checks)} checks met"
+              + ("".join(f"\n  MISS {c['point']}: {c['check']} ({c['detail']})" for c in missed)))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main()

@@ -1,0 +1,581 @@
+"""Lucid as lucidd runs it on Slurm, in the simulator (`lucidctl simulate --policies lucid`).
+
+On a real cluster lucidd places nothing itself: Slurm's own scheduler (priority order plus
+sched/backfill judged by users' time limits) starts every job. lucidd only decides, once per
+reconcile interval, which new jobs are profiled first and in which order the pending jobs of
+each partition are considered (SiteFactor). This replay does exactly that, with the code the
+daemon runs:
+
+* Slurm: the `slurm` baseline's engine (lucidd/policies/slurm_backfill.py, same `--limit-rule`
+  and backfill knobs) per partition (VC), its priority being lucidd's SiteFactor, higher first,
+  ties by submission order. No preemption; no packing (lucidd applies no packing on a live
+  cluster yet, so none here).
+* SiteFactor: `orchestrator.live.site_factor`, the function the daemon applies, computed when
+  a job enters its partition's queue and again at the first cycle after it starts starving
+  (the only time the value changes; estimates are fixed once made, as live).
+* Profiling: `orchestrator.live.plan_profiling`, the daemon's admission (capacity = max(Nprof,
+  3 % of the GPUs) unless configured, burst capacity, least-GPUs-first, skip rules, jobs that
+  waited more than 2 x Tprof for room go unprofiled, Tprof requeue). The `profiling` partition
+  spans every node with PriorityTier=2: its jobs start before any partition's jobs, on the
+  best-fitting node anywhere (Slurm does not know a job's home partition). While they run,
+  Slurm's backfill sees them as holding their GPUs until their time limit (Slurm does not know
+  lucidd will requeue them).
+* Timing as the daemon's cycle makes it: new jobs wait in the inbox until the next reconcile
+  (`[daemon] interval_s`, 10 s; cycles at multiples of it); a job that ran >= Tprof is requeued
+  at the first cycle after (its GPUs are free at once, its work is lost), moved to its partition
+  at the next cycle (the requeue must be a whole second old and the job PENDING) and startable
+  `restart_s` (1 s: Slurm's requeue -> RUNNING) later, restarting from zero. A job that ends
+  before its requeue is done ("finished in the profiler").
+
+Only cycles where something can change are simulated (new jobs, a profiling run reaching Tprof,
+requeued jobs to release, capacity freed while jobs wait for it, a wait passing 2 x Tprof, a job
+starting to starve): a cycle with none of these decides exactly what the previous one did.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from dataclasses import dataclass
+
+import pandas as pd
+
+from lucidd.backends.base import LiveJob
+from lucidd.cluster import ClusterSpec, VCSpec, VirtualCluster
+from lucidd.jobs import DONE, PENDING, RUNNING, Job
+from lucidd.live.config import config_from_dict
+from lucidd.policies.base import ClusterView, SchedulingView
+from lucidd.policies.slurm_backfill import SlurmBackfill
+from lucidd.simulator import SimulationError, SimulationResult, _SortedJobs, results_frame
+
+from .live import plan_profiling, site_factor
+from .policy import LucidConfig, LucidPolicy
+
+PROFILING = "profiling"
+
+
+class _Rec:
+    """What lucidd records about a job (the fields `plan_profiling` reads, as on JobRow)."""
+
+    __slots__ = ("first_seen", "original_submit", "requested_partition", "target_partition", "estimate_s",
+                 "profile", "requeued_at")
+
+    def __init__(self, first_seen, original_submit, partition, estimate):
+        self.first_seen = first_seen
+        self.original_submit = original_submit
+        self.requested_partition = partition
+        self.target_partition = partition
+        self.estimate_s = estimate
+        self.profile = "pending"
+        self.requeued_at = None
+
+
+class _Partition:
+    """One VC: its GPUs, Slurm's pending queue (SiteFactor order) and what runs on its nodes."""
+
+    __slots__ = ("name", "vc", "policy", "pending", "running", "dirty", "index")
+
+    def __init__(self, index, spec, policy):
+        self.index = index
+        self.name = spec.name
+        self.vc = VirtualCluster(spec)
+        self.policy = policy
+        self.pending = _SortedJobs(policy.pending_key)
+        self.running = []  # main jobs and profiling runs on this VC's nodes, in start order
+        self.dirty = False
+
+
+def live_config(options: dict | None = None):
+    """lucidd's own config (lucidd.live.config, same defaults and checks) for a replay.
+
+    options (as `lucidctl simulate` and the tuner name them): tprof, nprof, cprof (0: no
+    profiling), profiling (False: off), starvation_s, aging_halflife_s, points_per_doubling,
+    interval_s, prof_capacity_gpus, prof_burst_gpus, prof_burst_queue."""
+    o = {k: v for k, v in (options or {}).items() if v is not None}
+    prof = {}
+    if "tprof" in o:
+        prof["tprof_s"] = int(o["tprof"])
+    if "nprof" in o:
+        prof["nprof_gpus"] = int(o["nprof"])
+    if "prof_capacity_gpus" in o:
+        prof["capacity_gpus"] = int(o["prof_capacity_gpus"])
+    if "prof_burst_gpus" in o:
+        prof["burst_capacity_gpus"] = int(o["prof_burst_gpus"])
+    if "prof_burst_queue" in o:
+        prof["burst_queue"] = int(o["prof_burst_queue"])
+    if not o.get("profiling", True) or o.get("cprof") == 0:
+        prof["enabled"] = False
+    order = {}
+    for key, name in (("starvation_s", "starvation_s"), ("aging_halflife_s", "aging_halflife_s"),
+                      ("points_per_doubling", "points_per_doubling")):
+        if key in o:
+            order[name] = int(o[key])
+    daemon = {}
+    if "interval_s" in o:
+        daemon["interval_s"] = float(o["interval_s"])
+        daemon["failopen_after_s"] = max(60.0, 2 * float(o["interval_s"]))
+    return config_from_dict({"profiler": prof, "ordering": order, "daemon": daemon})
+
+
+@dataclass
+class SlurmModeStats:
+    profiled: int = 0
+    finished_in_profiler: int = 0
+    requeued: int = 0
+    released_after_wait: int = 0  # waited > 2 x Tprof for profiling room: went unprofiled
+    lost_gpu_s: float = 0.0  # GPU-seconds of profiling runs that were requeued (restarted from zero)
+    inbox_wait_s: float = 0.0  # summed over all jobs: submit -> seen by lucidd
+    profiling_wait_s: float = 0.0  # summed over admitted jobs: admitted -> started in profiling
+    max_profiling_wait_s: int = 0
+    cycles: int = 0
+    rekeys: int = 0
+
+    def as_dict(self) -> dict:
+        return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+class LucidOnSlurm:
+    """One replay of `jobs` on `spec` with lucidd's decisions applied through Slurm's scheduler.
+
+    `live`: lucidd's Config (`live_config`); `slurm_policy`: a factory of the slurm baseline's
+    policy taking `priority=` (SlurmBackfill.from_options gives the experiment's limit rule);
+    `clock_offset`: Unix seconds of the trace's time 0 (SiteFactor is computed on the wall clock,
+    as live; any offset gives the same order)."""
+
+    def __init__(self, jobs: list[Job], spec: ClusterSpec, live, make_slurm=None, restart_s: int = 1,
+                 clock_offset: int = 0, profiling_gpus: int | None = None):
+        self.jobs = sorted(jobs, key=lambda j: (j.submit_time, j.seq))
+        self.spec = spec
+        self.live = live
+        self.p = live.profiler
+        iv = live.daemon.interval_s
+        if iv < 1 or iv != int(iv):
+            raise SimulationError(f"[daemon] interval_s {iv:g}: the replay needs whole seconds >= 1")
+        self.interval = int(iv)
+        self.restart_s = int(restart_s)
+        self.off = int(clock_offset)
+        self.ppd = live.ordering.points_per_doubling
+        self.order_on = live.ordering.enabled
+        self.lucid = LucidPolicy(LucidConfig(starvation_s=live.ordering.starvation_s,
+                                             aging_halflife_s=live.ordering.aging_halflife_s))
+        make_slurm = make_slurm or (lambda priority: SlurmBackfill(priority=priority))
+        self.parts = {}
+        for i, (name, vs) in enumerate(spec.vcs.items()):
+            self.parts[name] = _Partition(i, vs, make_slurm(_site_factor_key))
+        # the profiling partition spans every node
+        self.prof_gpus = spec.total_gpus if profiling_gpus is None else int(profiling_gpus)
+        self.stats = SlurmModeStats()
+        # lucidd's state
+        self.live_jobs = {}  # seq -> LiveJob
+        self.recs = {}  # seq -> _Rec
+        self.by_seq = {j.seq: j for j in self.jobs}
+        self.arrived = []  # submitted, not yet seen by a cycle
+        self.inbox = {}  # seq -> LiveJob, in first-seen order
+        self.prof = {}  # seq -> LiveJob admitted to profiling and holding (or waiting for) GPUs
+        self.prof_pending = []  # seqs admitted, not yet started (Slurm: priority order = job id)
+        self.copies = {}  # seq -> the profiling run (a Job copy on some VC's nodes)
+        self.requeued = []  # seqs requeued, to be released at a later cycle
+        self.series = []
+
+    # ----- time helpers ---------------------------------------------------------------------
+    def _next_cycle(self, t: int) -> int:
+        """The first cycle at or after t."""
+        return -(-t // self.interval) * self.interval
+
+    def _cycle_after(self, t: int) -> int:
+        """The first cycle strictly after t."""
+        return (t // self.interval + 1) * self.interval
+
+    def _want_cycle(self, c: int):
+        if c not in self._cycles_set:
+            self._cycles_set.add(c)
+            heapq.heappush(self._cycles, c)
+
+    # ----- Slurm's side ---------------------------------------------------------------------
+    def _enqueue(self, job: Job, t: int):
+        part = self.parts[job.vc]
+        job.status = PENDING
+        part.pending.add(job)
+        part.dirty = True
+
+    def site_factor_of(self, job: Job, now_abs: int) -> tuple[int, bool]:
+        """(SiteFactor, starving) as lucidd writes it for `job` at wall-clock `now_abs`."""
+        if not self.order_on:
+            return 0, False
+        return site_factor(self.lucid, self._ordered(job), now_abs, self.ppd)
+
+    def _set_site_factor(self, job: Job, now_abs: int):
+        value, starving = self.site_factor_of(job, now_abs)
+        job.attrs["site_factor"] = value
+        job.attrs["_starving"] = starving
+        if self.order_on and not starving:
+            # the one later change of the value: the first cycle after it starts starving
+            due = self._cycle_after(job.attrs["submitted"] + self.lucid.config.starvation_s)
+            heapq.heappush(self._rekeys, (due, job.seq))
+
+    def _rekey(self, t: int):
+        """The cycle at t writes the new SiteFactor of every job that started starving."""
+        now = t + self.off
+        while self._rekeys and self._rekeys[0][0] <= t:
+            _, seq = heapq.heappop(self._rekeys)
+            job = self.by_seq[seq]
+            if job.status != PENDING:
+                continue
+            if job.attrs.get("_in_part"):
+                part = self.parts[job.vc]
+                part.pending.remove(job)
+                self._set_site_factor(job, now)
+                part.pending.add(job)
+                part.dirty = True
+            else:  # released after its requeue, startable a second later: Slurm has the new value then
+                self._set_site_factor(job, now)
+            self.stats.rekeys += 1
+
+    def _ordered(self, job: Job) -> Job:
+        """The job as the daemon's `live_job` builds it: wall-clock submission, its estimate."""
+        sub = job.attrs["submitted"] + self.off
+        j = Job(job.seq, job.vc, job.gpu_num, sub, 0, job.seq, user=job.user, name=job.name)
+        j.attrs["submitted"] = sub
+        j.estimate = job.estimate
+        return j
+
+    def _finish_main(self, job: Job, t: int):
+        part = self.parts[job.vc]
+        part.vc.release(job)
+        part.running.remove(job)
+        part.dirty = True
+        job.status = DONE
+        job.end_time = t
+        self.done += 1
+
+    def _start_main(self, part: _Partition, d, t: int):
+        job = d.job
+        rank = bisect.bisect_left(part.pending.keys, job.attrs["_qkey"]) + 1  # among the jobs still pending
+        part.pending.remove(job)
+        part.vc.allocate(job, d.layout)
+        job.status = RUNNING
+        job.attrs["_main_start"] = job.start_time = t
+        part.running.append(job)
+        heapq.heappush(self._heap, (t + job.duration, job.seq, 0, job))
+        how = ("started by Slurm's main scheduler in priority order" if d.reason == "priority order" else
+               "backfilled by Slurm: ends by its time limit before every reservation")
+        sf = job.attrs["site_factor"]
+        head = f"{'starvation guard, ' if job.attrs.get('_starving') else ''}queue rank {rank}"
+        job.attrs["decision"] = (
+            f"{head} (SiteFactor {sf:,}: {self.lucid.priority_text(self._ordered(job), t + self.off)}), "
+            f"{how}; not packed: lucidd applies no packing on a live cluster")
+
+    # ----- profiling partition --------------------------------------------------------------
+    def _start_profiling(self, t: int):
+        """PriorityTier=2: admitted jobs take the best-fitting node anywhere, before any partition."""
+        if not self.prof_pending:
+            return
+        left = []
+        for seq in self.prof_pending:
+            job = self.by_seq[seq]
+            g = job.gpu_num
+            best = None
+            for part in self.parts.values():
+                gpn = part.vc.gpus_per_node
+                if g > gpn:
+                    continue
+                for node, f in enumerate(part.vc.free):
+                    if g <= f and (best is None or f < best[0]):
+                        best = (f, part, node)
+                        if f == g:
+                            break
+                if best is not None and best[0] == g:
+                    break
+            if best is None:
+                left.append(seq)
+                continue
+            _, part, node = best
+            copy = Job(job.job_id, part.name, g, job.submit_time, job.duration, job.seq)
+            part.vc.allocate(copy, ((node, g),))
+            copy.status = RUNNING
+            copy.start_time = t
+            copy.attrs["original"] = job
+            part.running.append(copy)
+            self.copies[seq] = copy
+            lj = self.live_jobs[seq]
+            lj.state, lj.start_time = "RUNNING", t + self.off
+            job.attrs["profiler_start"] = t
+            job.attrs["profiler_node"] = f"{part.name}:{node}"
+            wait = t - job.attrs["_admitted"]
+            self.stats.profiling_wait_s += wait
+            self.stats.max_profiling_wait_s = max(self.stats.max_profiling_wait_s, wait)
+            heapq.heappush(self._heap, (t + job.duration, job.seq, 1, copy))
+            self._want_cycle(self._next_cycle(t + self.p.tprof_s))  # lucidd checks Tprof at its cycles
+        self.prof_pending = left
+
+    def _end_profiling_run(self, copy: Job, t: int):
+        part = self.parts[copy.vc]
+        part.vc.release(copy)
+        part.running.remove(copy)
+        part.dirty = True
+        copy.status = DONE
+        seq = copy.seq
+        del self.copies[seq]
+        self.prof.pop(seq, None)
+
+    # ----- lucidd's cycle -------------------------------------------------------------------
+    def decide(self, t: int):
+        """The daemon's decisions at the cycle at t: (plan, requeued jobs to release now)."""
+        now = t + self.off
+        recs = self.recs
+        # jobs Slurm shows for the first time: registered in the inbox
+        for job in self.arrived:
+            lj = self.live_jobs[job.seq]
+            recs[job.seq].first_seen = now
+            self.inbox[job.seq] = lj
+            self.stats.inbox_wait_s += t - job.submit_time
+        self.arrived = []
+        # requeued jobs whose requeue is a whole second old: to their partition, starting now
+        releasing = [s for s in self.requeued if now >= recs[s].requeued_at + 1]
+        if releasing:
+            gone = set(releasing)
+            self.requeued = [s for s in self.requeued if s not in gone]
+        plan = plan_profiling(self.p, self.interval, now, list(self.inbox.values()), list(self.prof.values()),
+                              recs, self.prof_gpus)
+        return plan, releasing
+
+    def _cycle(self, t: int):
+        now = t + self.off
+        self.stats.cycles += 1
+        recs = self.recs
+        plan, releasing = self.decide(t)
+        # apply, in the daemon's order: requeue, release requeued jobs, profile, release
+        for seq, reason in plan.requeue:
+            copy = self.copies[seq]
+            job = self.by_seq[seq]
+            lost = t - copy.start_time
+            self._end_profiling_run(copy, t)
+            recs[seq].profile, recs[seq].requeued_at = "requeued", now
+            self.live_jobs[seq].state = "PENDING"
+            self.requeued.append(seq)
+            job.attrs["profiler_end"] = t
+            self.stats.requeued += 1
+            self.stats.lost_gpu_s += lost * job.gpu_num
+            self._want_cycle(self._cycle_after(t))
+        for seq, reason in plan.abandon:  # never in a replay (no cycle is missed); kept for completeness
+            recs[seq].profile = "abandoned"
+        for seq in releasing:
+            job = self.by_seq[seq]
+            recs[seq].profile = "released"
+            self._set_site_factor(job, now)
+            job.attrs["_ready"] = t + self.restart_s
+            heapq.heappush(self._ready, (t + self.restart_s, seq))
+        for seq, reason in plan.profile:
+            lj = self.inbox.pop(seq)
+            lj.partition = PROFILING
+            recs[seq].profile = "admitted"
+            self.prof[seq] = lj
+            job = self.by_seq[seq]
+            job.attrs["profiled"] = True
+            job.attrs["profile_reason"] = reason
+            job.attrs["_admitted"] = t
+            self.prof_pending.append(seq)
+            self.stats.profiled += 1
+        if plan.profile:
+            self.prof_pending.sort()
+        for seq, reason in plan.release:
+            lj = self.inbox.pop(seq)
+            lj.partition = recs[seq].target_partition
+            recs[seq].profile = "skipped"
+            job = self.by_seq[seq]
+            job.attrs["profile_reason"] = reason
+            if "for profiling room" in reason:
+                self.stats.released_after_wait += 1
+            self._set_site_factor(job, now)
+            job.attrs["_in_part"] = True
+            self._enqueue(job, t)
+        # jobs still waiting for profiling room: look again when their wait passes 2 x Tprof
+        for seq in self.inbox:
+            self._want_cycle(self._cycle_after(recs[seq].first_seen - self.off + 2 * self.p.tprof_s))
+
+    # ----- the loop ------------------------------------------------------------------------
+    def _init_state(self):
+        self._heap = []  # (time, seq, kind 0 main / 1 profiling run, job)
+        self._cycles, self._cycles_set = [], set()
+        self._rekeys = []
+        self._ready = []  # (time, seq): released requeued jobs, startable then
+        self.done = 0
+        for job in self.jobs:
+            job.reset()
+            job.attrs["submitted"] = job.submit_time
+            job.attrs.update(profiled=False, profiler_finished=False, profiler_start=None, profiler_end=None,
+                             packed_with=None, share_score=None)
+            gpn = self.parts[job.vc].vc.gpus_per_node if job.vc in self.parts else 8
+            self.live_jobs[job.seq] = LiveJob(job_id=job.seq, name=job.name, user=job.user, partition="inbox",
+                                              gpus=job.gpu_num, nodes=max(1, -(-job.gpu_num // gpn)),
+                                              submit_time=job.submit_time + self.off)
+            self.recs[job.seq] = _Rec(None, job.submit_time + self.off, job.vc, job.estimate)
+            if job.vc not in self.parts:
+                raise SimulationError(f"job {job.job_id} names VC '{job.vc}', which the cluster config lacks")
+
+    def run(self, on_progress=None) -> SlurmModeStats:
+        jobs, n = self.jobs, len(self.jobs)
+        self._init_state()
+        heap, ready, cycles = self._heap, self._ready, self._cycles
+        i = 0
+        t = jobs[0].submit_time if jobs else 0
+        parts = list(self.parts.values())
+        while self.done < n:
+            before = self.done
+            # 1. ends: main jobs, and profiling runs that end before lucidd requeues them
+            while heap and heap[0][0] <= t:
+                end, seq, kind, job = heapq.heappop(heap)
+                if job.status != RUNNING:
+                    continue  # a requeued profiling run
+                if kind == 0:
+                    self._finish_main(job, end)
+                    continue
+                self._end_profiling_run(job, end)
+                orig = job.attrs["original"]
+                orig.status = DONE
+                orig.end_time = end
+                orig.attrs["profiler_end"] = end
+                orig.attrs["profiler_finished"] = True
+                orig.attrs["decision"] = f"finished inside the profiler's {self.p.tprof_s}s limit"
+                self.recs[seq].profile = "finished"
+                self.stats.finished_in_profiler += 1
+                self.done += 1
+                if self.inbox:  # capacity freed: the next cycle may admit
+                    self._want_cycle(self._next_cycle(t))
+            # 2. new jobs: they wait in the inbox for the next cycle
+            while i < n and jobs[i].submit_time <= t:
+                self.arrived.append(jobs[i])
+                self._want_cycle(self._next_cycle(jobs[i].submit_time))
+                i += 1
+            # 3. released requeued jobs become startable in their partition
+            while ready and ready[0][0] <= t:
+                _, seq = heapq.heappop(ready)
+                job = self.by_seq[seq]
+                job.attrs["_in_part"] = True
+                self._enqueue(job, t)
+            # 4. lucidd's cycle (a cycle that only re-keys starving jobs needs nothing else)
+            if self._rekeys and self._rekeys[0][0] <= t:
+                self._rekey(t)
+            if cycles and cycles[0] <= t:
+                while cycles and cycles[0] <= t:
+                    self._cycles_set.discard(heapq.heappop(cycles))
+                self._cycle(t)
+            # 5. Slurm: profiling (PriorityTier=2) first, then each partition that changed
+            self._start_profiling(t)
+            for part in parts:
+                if not part.dirty:
+                    continue
+                part.dirty = False
+                if not len(part.pending):
+                    continue
+                view = SchedulingView(now=t, pending=part.pending, running=part.running,
+                                      cluster=ClusterView(part.name, part.vc.gpus_per_node, part.vc.free))
+                for d in part.policy.schedule(view):
+                    self._start_main(part, d, t)
+            busy = sum(p.vc.busy_gpus() for p in parts)
+            queued = sum(len(p.pending) for p in parts) + len(self.inbox) + len(self.arrived) + \
+                len(self.prof_pending) + len(self.requeued) + len(ready)
+            self.series.append((t, busy, queued))
+            if on_progress and self.done != before:
+                on_progress(self.done - before)
+            # 6. the next moment anything can change
+            nxt = []
+            if heap:
+                nxt.append(heap[0][0])
+            if i < n:
+                nxt.append(jobs[i].submit_time)
+            if cycles:
+                nxt.append(cycles[0])
+            if ready:
+                nxt.append(ready[0][0])
+            rk = self._rekeys
+            while rk and self.by_seq[rk[0][1]].status != PENDING:
+                heapq.heappop(rk)  # started before it would have starved
+            if rk:
+                nxt.append(rk[0][0])
+            if not nxt:
+                if self.done < n:
+                    stuck = [j.job_id for p in parts for j in p.pending][:5] + self.prof_pending[:5]
+                    raise SimulationError(f"lucid on slurm: {n - self.done} job(s) can never start (first: {stuck})")
+                break
+            t = max(t, min(nxt))
+        self._finish_jobs()
+        return self.stats
+
+    def _finish_jobs(self):
+        for job in self.jobs:
+            a = job.attrs
+            if a.get("profiler_finished"):
+                job.start_time = a["profiler_start"]
+                job.queue = a["profiler_start"] - job.submit_time
+            else:
+                job.start_time = a["_main_start"]
+                job.queue = a["_main_start"] - job.submit_time
+                if a.get("profiled"):  # it ran in profiling, then waited again after the requeue
+                    job.queue -= a["profiler_end"] - a["profiler_start"]
+            a.pop("original", None)
+
+    def series_frame(self) -> pd.DataFrame:
+        if not self.series:
+            return pd.DataFrame(columns=["time", "busy_gpus", "queued_jobs"])
+        df = pd.DataFrame(self.series, columns=["time", "busy_gpus", "queued_jobs"])
+        return df.drop_duplicates("time", keep="last").reset_index(drop=True)
+
+
+def _site_factor_key(job):
+    """Slurm's order in a partition: SiteFactor, higher first; ties by submission (job id)."""
+    return (-job.attrs["site_factor"], job.seq)
+
+
+def replay_cycle(recorded: dict, live=None) -> dict:
+    """Feed one recorded live cycle (`LucidDecider.record`) through this mode's decision code.
+
+    `live`: the daemon's config (its [profiler] capacity and exemptions are not in the record);
+    without it, lucidd's defaults with the recorded Tprof, Nprof and ordering values. Returns the
+    profiling decisions (profile in admission order, release and requeue sorted) and the
+    SiteFactor of every recorded waiting job and every inbox job released this cycle, keyed by
+    job id as text: the same shape as the record's decisions."""
+    c = recorded["config"]
+    if live is None:
+        live = live_config({"tprof": c["tprof_s"], "nprof": c["nprof_gpus"], "starvation_s": c["starvation_s"],
+                            "aging_halflife_s": c["aging_halflife_s"],
+                            "points_per_doubling": c["points_per_doubling"]})
+    now = int(recorded["now"])
+    entries = [("inbox", d) for d in recorded["inbox"]] + [("profiling", d) for d in recorded["profiling"]] + \
+        [("waiting", d) for d in recorded["waiting"]]
+    jobs, parts = [], {}
+    for _, d in entries:
+        vc = d.get("target_partition") or d["partition"]
+        parts.setdefault(vc, 0)
+        parts[vc] = max(parts[vc], -(-int(d["gpus"]) // 8))
+        submitted = int(d["original_submit"] if d.get("original_submit") is not None else now)
+        j = Job(d["job_id"], vc, d["gpus"], submitted, 0, int(d["job_id"]), user=d.get("user") or "",
+                name=d.get("name") or "")
+        j.estimate = d.get("estimate_s")
+        jobs.append(j)
+    spec = ClusterSpec({vc: VCSpec(vc, max(1, n), 8) for vc, n in parts.items()})
+    sim = LucidOnSlurm(jobs, spec, live, profiling_gpus=recorded["profiling_gpus"])
+    sim._init_state()
+    for kind, d in entries:
+        seq = int(d["job_id"])
+        lj = sim.live_jobs[seq]
+        lj.partition, lj.state, lj.start_time = d["partition"], d["state"], d.get("start_time")
+        lj.nodes, lj.user, lj.account = d.get("nodes") or 1, d.get("user") or "", d.get("account") or ""
+        lj.requeue, lj.comment, lj.array_pending = d.get("requeue", True), d.get("comment") or "", \
+            bool(d.get("array_pending"))
+        lj.restart_count = d.get("restart_count") or 0
+        r = sim.recs[seq]
+        r.first_seen = d.get("first_seen") if d.get("first_seen") is not None else now
+        r.profile = d.get("profile") or "pending"
+        if kind == "inbox":
+            sim.inbox[seq] = lj
+        elif kind == "profiling":
+            sim.prof[seq] = lj
+    plan, _ = sim.decide(now)
+    released = {jid for jid, _ in plan.release}
+    factors = {}
+    for kind, d in entries:
+        if kind == "waiting" or (kind == "inbox" and int(d["job_id"]) in released):
+            factors[str(d["job_id"])] = sim.site_factor_of(sim.by_seq[int(d["job_id"])], now)[0]
+    return {"profile": [jid for jid, _ in plan.profile], "release": sorted(released),
+            "requeue": sorted(jid for jid, _ in plan.requeue), "site_factors": factors}

@@ -1,0 +1,253 @@
+"""Lucid as lucidd runs it on Slurm (orchestrator/slurm_mode.py): hand-made scenarios pin the timing of
+lucidd's cycle (inbox wait, profiling cap, Tprof requeue, restart from zero after a gap, short jobs ending
+in profiling, starvation re-key) and Slurm's side (SiteFactor order with backfill); a recorded live cycle
+gives the same decisions in the simulator."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from lucidd.backends.base import LiveJob
+from lucidd.cluster import ClusterSpec, VCSpec
+from lucidd.live.config import config_from_dict
+from lucidd.live.reconcile import DecisionInput
+from lucidd.live.store import JobRow
+from lucidd.policies.slurm_backfill import SlurmBackfill, SlurmConfig, parse_limit_rule
+from lucidd.simulator import jobs_from_frame
+from orchestrator.live import EPOCH, LucidDecider, replay_recorded
+from orchestrator.slurm_mode import LucidOnSlurm, live_config, replay_cycle
+
+H = 3600
+
+
+def replay(rows, nodes=1, gpn=8, vcs=None, rule="exact", **opts):
+    """rows: (job_id, gpus, submit, duration, estimate[, vc]); returns the jobs frame by job_id and stats."""
+    df = pd.DataFrame([r[:4] for r in rows], columns=["job_id", "gpu_num", "submit_time", "duration"])
+    df["vc"] = [r[5] if len(r) > 5 else "a" for r in rows]
+    df["seq"] = range(len(df))
+    jobs = jobs_from_frame(df)
+    est = {r[0]: r[4] for r in rows}
+    for j in jobs:
+        j.estimate = float(est[j.job_id])
+    spec = ClusterSpec({v: VCSpec(v, n, gpn) for v, n in (vcs or {"a": nodes}).items()})
+    live = live_config(opts)
+
+    def make(priority):
+        return SlurmBackfill(SlurmConfig(limit_rule=parse_limit_rule(rule)), priority=priority)
+
+    sim = LucidOnSlurm(jobs, spec, live, make)
+    stats = sim.run()
+    frame = pd.DataFrame({"job_id": [j.job_id for j in jobs], "start": [j.start_time for j in jobs],
+                          "end": [j.end_time for j in jobs], "queue": [j.queue for j in jobs],
+                          "submit": [j.submit_time for j in jobs]}).set_index("job_id")
+    for key in ("profiled", "profiler_finished", "profiler_start", "profiler_end", "site_factor", "decision",
+                "profile_reason"):
+        frame[key] = [j.attrs.get(key) for j in jobs]
+    frame["main_start"] = [j.attrs.get("_main_start") for j in jobs]
+    return frame, stats
+
+
+# ----- Slurm's side: SiteFactor order, backfill by time limits --------------------------------------
+
+def test_site_factor_order_with_backfill():
+    # The blocker runs from the first cycle (10) on 6 of 8 GPUs until 1010. Seen at 20 (profiling off, so
+    # only the order acts): big (8 GPUs, estimate 100 s: 800 GPU-s) ranks first, then short (2 GPUs,
+    # estimate 1000 s: 2,000 GPU-s), then long (2 GPUs, 5,000 s). big cannot start and holds a reservation
+    # at 1010; short ends by its limit (300 s) before it: backfilled at 20. long fits the 2 free GPUs but
+    # would hold them past 1010: it waits, and never starts ahead of big.
+    rows = [("blocker", 6, 1, 1000, 1000), ("big", 8, 11, 100, 100), ("short", 2, 12, 300, 1000),
+            ("long", 2, 13, 5000, 5000)]
+    r, _ = replay(rows, profiling=False)
+    assert r.loc["blocker", "start"] == 10  # lucidd's first cycle after the submission
+    assert r.loc["short", "start"] == 20 and "backfilled" in r.loc["short", "decision"]
+    assert r.loc["big", "start"] == 1010
+    assert r.loc["long", "start"] == 1110  # after big
+    assert r.loc["big", "site_factor"] > r.loc["short", "site_factor"] > r.loc["long", "site_factor"]
+    assert "priority order" in r.loc["big", "decision"] and "queue rank 1" in r.loc["big", "decision"]
+    assert r.loc["big", "queue"] == 1010 - 11
+
+
+def test_same_order_as_the_slurm_baseline_when_site_factors_follow_age():
+    # With equal estimate x GPUs and no aging, SiteFactor ties and Slurm breaks ties by submission: jobs
+    # submitted on the cycle grid then start exactly where the slurm baseline starts them (j2 holds a
+    # reservation from 800; j4 ends by then and is backfilled at 500, j3 would not be).
+    rows = [(f"j{i}", g, t, d, 800 / g) for i, (g, t, d) in enumerate([(8, 0, 500), (4, 10, 300), (8, 20, 50),
+                                                                        (4, 30, 900), (4, 40, 100)])]
+    r, _ = replay(rows, profiling=False, aging_halflife_s=0)
+    assert list(r["start"]) == [0, 500, 800, 850, 500]
+    from lucidd.simulator import simulate
+
+    df = pd.DataFrame([r[:4] for r in rows], columns=["job_id", "gpu_num", "submit_time", "duration"])
+    df["vc"], df["seq"] = "a", range(len(df))
+    base = simulate(jobs_from_frame(df), ClusterSpec({"a": VCSpec("a", 1, 8)}),
+                    lambda vc: SlurmBackfill(SlurmConfig(limit_rule=parse_limit_rule("exact")))).jobs
+    assert list(base["start_time"]) == list(r["start"])
+
+
+# ----- lucidd's side: inbox, profiling cap, requeue, restart gap --------------------------------------
+
+def test_requeue_restarts_from_zero_after_the_gap():
+    # Seen at the cycle at 10, profiled from 10, requeued at 210 (ran Tprof), moved to its partition at the
+    # next cycle (220) and running 1 s later: it restarts from zero and ends at 221 + 1000.
+    r, stats = replay([("a", 1, 3, 1000, 500)])
+    row = r.loc["a"]
+    assert row["profiled"] and not row["profiler_finished"]
+    assert (row["profiler_start"], row["profiler_end"]) == (10, 210)
+    assert row["main_start"] == 221 and row["end"] == 1221
+    assert row["queue"] == (10 - 3) + (221 - 210)  # inbox wait + the gap; the lost 200 s count as JCT
+    assert stats.requeued == 1 and stats.lost_gpu_s == 200
+
+
+def test_short_jobs_finish_in_profiling():
+    r, stats = replay([("s", 2, 3, 150, 900), ("edge", 1, 5, 200, 900)])
+    assert r.loc["s", "profiler_finished"] and r.loc["s", "end"] == 160 and r.loc["s", "queue"] == 7
+    assert r.loc["s", "decision"].startswith("finished inside the profiler")
+    # ends at 210, the cycle that would requeue it: the end comes first
+    assert r.loc["edge", "profiler_finished"] and r.loc["edge", "end"] == 210
+    assert stats.finished_in_profiler == 2 and stats.requeued == 0
+
+
+def test_profiling_capacity_least_gpus_first_and_the_2x_tprof_rule():
+    # capacity 2 GPUs: at 10, the two 1-GPU jobs (least GPUs first) are admitted; the 2-GPU job waits.
+    # Both are requeued at 210; the cycle at 220 no longer counts them: the 2-GPU job is admitted then.
+    rows = [("two", 2, 1, 5000, 100), ("one_a", 1, 2, 5000, 100), ("one_b", 1, 3, 5000, 100)]
+    r, _ = replay(rows, nodes=2, prof_capacity_gpus=2)
+    assert r.loc["one_a", "profiler_start"] == 10 and r.loc["one_b", "profiler_start"] == 10
+    assert r.loc["two", "profiler_start"] == 220
+    # with Tprof 300 the room frees at 320 (> 2 x Tprof is 600 s: still profiled) ...
+    r, _ = replay(rows, nodes=2, prof_capacity_gpus=2, tprof=300)
+    assert r.loc["two", "profiler_start"] == 320
+    # ... and an admitted job that cannot start (the cluster is full) holds the room: the next job waits
+    # past 2 x Tprof (first seen at 20, released at 430, the first cycle with a wait > 400 s) and goes to
+    # its partition unprofiled. When the cluster frees at 5010 the profiling job starts first.
+    rows = [("fill", 8, 1, 5000, 5000), ("hog", 2, 11, 5000, 100), ("two", 2, 12, 5000, 100)]
+    r, stats = replay(rows, nodes=1, prof_capacity_gpus=2, nprof=2)
+    assert not r.loc["fill", "profiled"] and r.loc["hog", "profiled"] and not r.loc["two", "profiled"]
+    assert r.loc["two", "profile_reason"] == "not profiled: waited 410 s for profiling room (> 2 x Tprof)"
+    assert stats.released_after_wait == 1
+    assert r.loc["hog", "profiler_start"] == 5010 and r.loc["two", "main_start"] == 5010
+    assert stats.max_profiling_wait_s == 5010 - 20
+
+
+def test_profiling_runs_anywhere_and_first():
+    # The profiling partition spans every node (PriorityTier=2): a job of VC a, full, is profiled on VC b's
+    # node, and it takes that GPU before b's own queued job can.
+    rows = [("fill", 8, 0, 10_000, 10_000, "a"), ("p", 1, 15, 5000, 100, "a"), ("bjob", 8, 15, 300, 300, "b")]
+    r, _ = replay(rows, vcs={"a": 1, "b": 1}, nprof=1)
+    assert r.loc["p", "profiler_start"] == 20 and r.loc["p", "profiled"]
+    assert r.loc["bjob", "main_start"] == 220  # b's only node had 7 free GPUs until p was requeued
+    assert r.loc["p", "main_start"] == 10_000  # back in a, which fill holds from 0 to 10,000
+
+
+def test_profiling_off_is_cprof_zero_and_nprof_skips_big_jobs():
+    rows = [("big", 16, 0, 500, 500), ("small", 1, 0, 500, 500)]
+    r, _ = replay(rows, nodes=2)
+    assert not r.loc["big", "profiled"] and "Nprof 8" in r.loc["big", "profile_reason"]
+    assert r.loc["small", "profiled"]
+    r, stats = replay(rows, nodes=2, cprof=0)
+    assert not r["profiled"].any() and stats.profiled == 0
+    assert r.loc["small", "profile_reason"] == "not profiled: profiling is off ([profiler] enabled = false)"
+
+
+# ----- starvation: the SiteFactor's one later change -------------------------------------------------
+
+def test_starvation_rekey_puts_the_starving_job_first():
+    # big (8 GPUs, long estimate) ranks below a stream of 4-GPU jobs that keeps one of the two halves busy
+    # at any time; starvation_s = 1000. Submitted at 15, it starves when its wait passes 1000 s: the cycle
+    # at 1020 writes its starving SiteFactor, and from then on Slurm holds GPUs for it (backfill by time
+    # limits) instead of starting the small jobs: it starts once the two running ones end.
+    rows = [("big", 8, 15, 100, 10_000)] + [(f"s{i}", 4, 5 + 200 * i, 400, 10) for i in range(30)]
+    r, stats = replay(rows, profiling=False, starvation_s=1000, aging_halflife_s=0)
+    assert stats.rekeys == 1
+    assert r.loc["big", "decision"].startswith("starvation guard")
+    assert r.loc["big", "site_factor"] > 2 * 10 ** 9 - 10 ** 8
+    assert 1020 <= r.loc["big", "main_start"] <= 1020 + 400
+    r2, _ = replay(rows, profiling=False, starvation_s=10 ** 8, aging_halflife_s=0)
+    assert r2.loc["big", "main_start"] > r.loc["big", "main_start"] + 1000  # without the guard it waits on
+
+
+# ----- one decision path with the daemon --------------------------------------------------------------
+
+NOW = EPOCH + 300 * 86400
+
+
+def _lj(job_id, gpus=1, partition="inbox", state="PENDING", **kw):
+    return LiveJob(job_id=job_id, name=f"job{job_id}", user="alice", account="lab", partition=partition,
+                   state=state, gpus=gpus, submit_time=kw.pop("submit_time", NOW - 10), **kw)
+
+
+def _rec(j, estimate, target="main", profile="pending", phase="inbox", first_seen=NOW - 5):
+    return JobRow(job_id=j.job_id, first_seen=first_seen, original_submit=j.submit_time, requested_partition=None,
+                  target_partition=target, name=j.name, user=j.user, account=j.account, gpus=j.gpus, phase=phase,
+                  profile=profile, profile_reason="", estimate_s=estimate, estimate_source="test",
+                  restarts=j.restart_count)
+
+
+def test_a_recorded_live_cycle_gives_the_same_decisions_in_the_simulator(tmp_path):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "profiler": {"capacity_gpus": 6}})
+    decider = LucidDecider(cfg)
+    inbox = [_lj(1, 4), _lj(2, 1), _lj(3, 2), _lj(4, 16), _lj(5, 1, requeue=False), _lj(6, 1), _lj(7, 2)]
+    running = _lj(20, 1, partition="profiling", state="RUNNING", start_time=NOW - 250)
+    waiting = [_lj(10, 1, partition="main", submit_time=NOW - 50),
+               _lj(11, 8, partition="main", submit_time=NOW - 96 * H - 5),
+               _lj(12, 2, partition="research", submit_time=NOW - 7200)]
+    records = {j.job_id: _rec(j, 600.0 * j.gpus) for j in inbox}
+    records[7] = _rec(inbox[6], 600.0, first_seen=NOW - 2 * 200 - 1)  # waited past 2 x Tprof
+    records[20] = _rec(running, 900.0, profile="admitted", phase="profiling")
+    for j, e in zip(waiting, (100.0, 5000.0, 300.0)):
+        records[j.job_id] = _rec(j, e, target=j.partition, profile="skipped", phase="released")
+    x = DecisionInput(NOW, inbox, [running], waiting, records, 32)
+    plan = decider.decide(x)
+    recorded = json.loads(json.dumps(decider.record(x, plan), default=str))  # as the database keeps it
+
+    sim = replay_cycle(recorded)
+    assert sim["profile"] == [jid for jid, _ in plan.profile] == [2, 6, 3]  # 1 + 1 + 1 + 2 = 5 of 6 GPUs
+    assert sim["release"] == sorted(jid for jid, _ in plan.release) == [4, 5, 7]
+    assert sim["requeue"] == [jid for jid, _ in plan.requeue] == [20]
+    assert sim["site_factors"] == {str(k): v for k, (v, _, _) in plan.site_factors.items()}
+    assert sim["site_factors"] == recorded["decisions"]["site_factors"]
+    assert sim["site_factors"] == replay_recorded(recorded)["site_factors"]
+    assert sim["site_factors"]["11"] > 2 * 10 ** 9 - 10 ** 8  # starving: in front
+
+
+# ----- through the experiment path ---------------------------------------------------------------------
+
+def test_policy_names_and_variants_on_the_sample():
+    from lucidd.experiment import known_policies, make_experiment
+    from lucidd.metrics import summarize
+    from lucidd.traces import load_trace, sample_trace_path, sample_vc_config_path
+
+    names = known_policies()
+    for n in ("lucid", "lucid-noprofiler", "lucid-nopacking", "lucid-oracle", "lucid-standalone",
+              "lucid-standalone-noprofiler", "lucid-standalone-nopacking", "lucid-standalone-oracle"):
+        assert n in names
+    exp = make_experiment(load_trace(sample_trace_path(), end=2 * 86400), vc_config=sample_vc_config_path())
+    runs = {p: exp.run(p) for p in ("lucid", "lucid-nopacking", "lucid-noprofiler")}
+    lucid = runs["lucid"].jobs
+    pd.testing.assert_frame_equal(lucid, runs["lucid-nopacking"].jobs)  # no packing live: the same run
+    assert not lucid["shared"].any() and lucid["end_time"].notna().all()
+    assert (lucid["jct_s"] >= lucid["duration"]).all() and (lucid["queue_s"] >= 0).all()
+    assert lucid["profiled"].any() and lucid["profiler_finished"].any()
+    assert not runs["lucid-noprofiler"].jobs["profiled"].any()
+    s = summarize("lucid", lucid, runs["lucid"].series, runs["lucid"].total_gpus)
+    assert 0 < s["gpu_util"] <= 1
+    exp.options["cprof"] = 0  # the tuner's "no profiler" reaches this mode too
+    pd.testing.assert_frame_equal(exp.run("lucid-noprofiler").jobs.drop(columns="profile_reason"),
+                                  exp.run("lucid").jobs.drop(columns="profile_reason"))
+
+
+def test_jobs_csv_keeps_the_lucid_columns(tmp_path):
+    from lucidd.cli import main
+
+    out = tmp_path / "o"
+    assert main(["simulate", "--policies", "lucid", "--end", str(86400), "--out", str(out), "--no-progress",
+                 "--no-plots"]) == 0
+    cols = set(pd.read_csv(out / "jobs_lucid.csv").columns)
+    assert {"job_id", "vc", "user", "gpu_num", "submit_time", "duration", "start_time", "end_time", "queue_s",
+            "preemptions", "shared", "shared_s", "estimate_s", "jct_s", "decision", "packed_with", "profiled",
+            "profiler_finished", "profiler_start", "profiler_end", "share_score", "site_factor"} <= cols
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary.columns[:12]) == ["policy", "jobs", "avg_jct_s", "avg_queue_s", "p999_queue_s",
+                                          "p50_jct_s", "p99_jct_s", "makespan_s", "preemptions",
+                                          "profiler_finished", "packed_jobs", "gpu_util"]
