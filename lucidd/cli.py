@@ -69,6 +69,9 @@ def _parser() -> argparse.ArgumentParser:
     slurm.add_argument("--limit-rule", metavar="RULE",
                        help="users' time limits from durations: increasing hours to round up to (default "
                             "1,2,4,8,12,24,48,72,168), 'exact', or 'xF' (F x duration, F >= 1)")
+    from .elastic.cli import add_simulate_arguments
+
+    add_simulate_arguments(s)  # --workload dl2: the elastic mode (docs/elastic.md)
 
     live_help = "lucidd's config file, for its database (default $LUCIDD_CONFIG or /etc/lucidd/lucidd.toml)"
     st = sub.add_parser("status", help="the live daemon: health, last reconcile and its latency, jobs by phase")
@@ -332,6 +335,10 @@ def _experiment_from_args(args, what: str):
 
 
 def cmd_simulate(args) -> int:
+    if getattr(args, "workload", "trace") == "dl2":
+        from .elastic.cli import cmd_simulate_elastic
+
+        return cmd_simulate_elastic(args)
     from .experiment import DEFAULT_POLICIES, known_policies, progress_bar, write_results
     from .metrics import format_table
     from .outdir import OutputDir
