@@ -34,9 +34,16 @@ POLICIES = ("fifo", "slurm", "qssf", "tiresias", "lucid")
 
 
 def experiment(point: str):
+    from dataclasses import replace
+
     from lucidd.experiment import make_experiment
     from lucidd.traces import load_trace
 
+    if point.startswith("vc:"):  # one Venus VC's jobs on a cluster of N nodes (as --nodes N)
+        _, vc, nodes = point.split(":")
+        loaded = load_trace(VENUS / "jobs.csv")
+        loaded = replace(loaded, jobs=loaded.jobs[loaded.jobs["vc"] == vc].reset_index(drop=True))
+        return make_experiment(loaded, nodes=int(nodes))
     name, factor = point.split(":")
     f = float(factor)
     if name == "venus":
@@ -45,6 +52,10 @@ def experiment(point: str):
 
 
 def command(point: str, policies) -> str:
+    if point.startswith("vc:"):
+        _, vc, nodes = point.split(":")
+        return (f"Venus' {vc} jobs only (no CLI filter: bench/bench_sweep.py builds it) as "
+                f"`lucidctl simulate --nodes {nodes} --policies {','.join(policies)}`")
     name, factor = point.split(":")
     if name == "venus":
         src = ("--trace ../shared/traces/helios_venus_sept2020_lucid/jobs.csv "

@@ -110,7 +110,7 @@ def profiling_skip_reason(p, j, record) -> str | None:
 
 
 def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, profiling_gpus: int,
-                   plan: Plan | None = None, skip=None, capacity=None) -> Plan:
+                   plan: Plan | None = None, skip=None, capacity=None, queued: dict | None = None) -> Plan:
     """One cycle's profiling decisions (plan.requeue, abandon, profile, release), as lucidd makes them.
 
     Tprof: a job running in profiling for >= Tprof is requeued; one that ran far past it while
@@ -118,7 +118,11 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     may be profiled go to profiling least-GPUs-first while the GPUs held by profiling jobs (running
     or admitted, requeued ones excluded) stay within the capacity, strictly in that order; the rest
     wait for the next cycle, unless they waited more than 2 x Tprof (then, and when a skip rule
-    applies, they go to their partition unprofiled)."""
+    applies, they go to their partition unprofiled).
+
+    `queued` (partition -> jobs pending there), when given, switches profiling off for a job whose
+    partition has nobody waiting: it would start at once, and profiling could only delay it (the
+    daemon does not pass it: off unless configured)."""
     plan = plan if plan is not None else Plan()
     skip = skip or (lambda j, r: profiling_skip_reason(p, j, r))
     capacity = capacity or (lambda queue_len: profiling_capacity(p, profiling_gpus, queue_len))
@@ -144,6 +148,8 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     for j in inbox:
         r = records.get(j.job_id)
         why = skip(j, r)
+        if why is None and queued is not None and r is not None and not queued.get(r.target_partition, 0):
+            why = f"nobody waits in {r.target_partition}: it would start at once, profiling could only delay it"
         if why is not None:
             plan.release.append((j.job_id, f"not profiled: {why}"))
             continue

@@ -294,7 +294,7 @@ def run_lucid_on_slurm(exp: Experiment, jobs, on_progress, variant: str) -> Simu
 
     offset = int(pd.Timestamp(exp.origin).timestamp()) if exp.origin is not None else 0
     sim = LucidOnSlurm(jobs, exp.spec, live, make_slurm, restart_s=int(_option(exp, "restart_s", 1)),
-                       clock_offset=offset)
+                       clock_offset=offset, prof_gate=bool(exp.options.get("prof_gate")))
     stats = sim.run(on_progress)
     frame = results_frame(jobs)
     extra = {"summary": {"profiler_finished": stats.finished_in_profiler}, "profiler": stats.as_dict()}

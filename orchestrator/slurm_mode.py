@@ -143,7 +143,7 @@ class LucidOnSlurm:
     as live; any offset gives the same order)."""
 
     def __init__(self, jobs: list[Job], spec: ClusterSpec, live, make_slurm=None, restart_s: int = 1,
-                 clock_offset: int = 0, profiling_gpus: int | None = None):
+                 clock_offset: int = 0, profiling_gpus: int | None = None, prof_gate: bool = False):
         self.jobs = sorted(jobs, key=lambda j: (j.submit_time, j.seq))
         self.spec = spec
         self.live = live
@@ -156,6 +156,7 @@ class LucidOnSlurm:
         self.off = int(clock_offset)
         self.ppd = live.ordering.points_per_doubling
         self.order_on = live.ordering.enabled
+        self.prof_gate = prof_gate
         self.lucid = LucidPolicy(LucidConfig(starvation_s=live.ordering.starvation_s,
                                              aging_halflife_s=live.ordering.aging_halflife_s))
         make_slurm = make_slurm or (lambda priority: SlurmBackfill(priority=priority))
@@ -241,6 +242,7 @@ class LucidOnSlurm:
 
     def _finish_main(self, job: Job, t: int):
         part = self.parts[job.vc]
+        self.busy -= job.gpu_num
         part.vc.release(job)
         part.running.remove(job)
         part.dirty = True
@@ -253,6 +255,8 @@ class LucidOnSlurm:
         rank = bisect.bisect_left(part.pending.keys, job.attrs["_qkey"]) + 1  # among the jobs still pending
         part.pending.remove(job)
         part.vc.allocate(job, d.layout)
+        self.busy += job.gpu_num
+        self.queued -= 1
         job.status = RUNNING
         job.attrs["_main_start"] = job.start_time = t
         part.running.append(job)
@@ -292,6 +296,8 @@ class LucidOnSlurm:
             _, part, node = best
             copy = Job(job.job_id, part.name, g, job.submit_time, job.duration, job.seq)
             part.vc.allocate(copy, ((node, g),))
+            self.busy += g
+            self.queued -= 1
             copy.status = RUNNING
             copy.start_time = t
             copy.attrs["original"] = job
@@ -310,6 +316,7 @@ class LucidOnSlurm:
 
     def _end_profiling_run(self, copy: Job, t: int):
         part = self.parts[copy.vc]
+        self.busy -= copy.gpu_num
         part.vc.release(copy)
         part.running.remove(copy)
         part.dirty = True
@@ -335,8 +342,9 @@ class LucidOnSlurm:
         if releasing:
             gone = set(releasing)
             self.requeued = [s for s in self.requeued if s not in gone]
+        queued = {name: len(part.pending) for name, part in self.parts.items()} if self.prof_gate else None
         plan = plan_profiling(self.p, self.interval, now, list(self.inbox.values()), list(self.prof.values()),
-                              recs, self.prof_gpus)
+                              recs, self.prof_gpus, queued=queued)
         return plan, releasing
 
     def _cycle(self, t: int):
@@ -353,6 +361,7 @@ class LucidOnSlurm:
             recs[seq].profile, recs[seq].requeued_at = "requeued", now
             self.live_jobs[seq].state = "PENDING"
             self.requeued.append(seq)
+            self.queued += 1
             job.attrs["profiler_end"] = t
             self.stats.requeued += 1
             self.stats.lost_gpu_s += lost * job.gpu_num
@@ -400,6 +409,8 @@ class LucidOnSlurm:
         self._rekeys = []
         self._ready = []  # (time, seq): released requeued jobs, startable then
         self.done = 0
+        self.busy = 0  # GPUs held (main jobs and profiling runs)
+        self.queued = 0  # submitted, neither running nor done
         for job in self.jobs:
             job.reset()
             job.attrs["submitted"] = job.submit_time
@@ -445,6 +456,7 @@ class LucidOnSlurm:
             # 2. new jobs: they wait in the inbox for the next cycle
             while i < n and jobs[i].submit_time <= t:
                 self.arrived.append(jobs[i])
+                self.queued += 1
                 self._want_cycle(self._next_cycle(jobs[i].submit_time))
                 i += 1
             # 3. released requeued jobs become startable in their partition
@@ -472,10 +484,7 @@ class LucidOnSlurm:
                                       cluster=ClusterView(part.name, part.vc.gpus_per_node, part.vc.free))
                 for d in part.policy.schedule(view):
                     self._start_main(part, d, t)
-            busy = sum(p.vc.busy_gpus() for p in parts)
-            queued = sum(len(p.pending) for p in parts) + len(self.inbox) + len(self.arrived) + \
-                len(self.prof_pending) + len(self.requeued) + len(ready)
-            self.series.append((t, busy, queued))
+            self.series.append((t, self.busy, self.queued))
             if on_progress and self.done != before:
                 on_progress(self.done - before)
             # 6. the next moment anything can change

@@ -31,12 +31,13 @@ def replay(rows, nodes=1, gpn=8, vcs=None, rule="exact", **opts):
     for j in jobs:
         j.estimate = float(est[j.job_id])
     spec = ClusterSpec({v: VCSpec(v, n, gpn) for v, n in (vcs or {"a": nodes}).items()})
+    gate = bool(opts.pop("prof_gate", False))
     live = live_config(opts)
 
     def make(priority):
         return SlurmBackfill(SlurmConfig(limit_rule=parse_limit_rule(rule)), priority=priority)
 
-    sim = LucidOnSlurm(jobs, spec, live, make)
+    sim = LucidOnSlurm(jobs, spec, live, make, prof_gate=gate)
     stats = sim.run()
     frame = pd.DataFrame({"job_id": [j.job_id for j in jobs], "start": [j.start_time for j in jobs],
                           "end": [j.end_time for j in jobs], "queue": [j.queue for j in jobs],
@@ -251,3 +252,17 @@ def test_jobs_csv_keeps_the_lucid_columns(tmp_path):
     assert list(summary.columns[:12]) == ["policy", "jobs", "avg_jct_s", "avg_queue_s", "p999_queue_s",
                                           "p50_jct_s", "p99_jct_s", "makespan_s", "preemptions",
                                           "profiler_finished", "packed_jobs", "gpu_util"]
+
+
+def test_queue_gate_profiles_only_where_someone_waits():
+    # prof_gate (off unless asked, in the daemon too): a job whose partition has nobody pending is not profiled
+    # (it would start at once); once jobs wait there, profiling resumes.
+    rows = [("first", 1, 1, 500, 500), ("fill", 8, 2, 5000, 5000), ("later", 1, 15, 500, 500)]
+    r, stats = replay(rows, nodes=1, nprof=1, prof_gate=True)
+    assert not r.loc["first", "profiled"] and "nobody waits in a" in r.loc["first", "profile_reason"]
+    assert r.loc["first", "main_start"] == 10
+    # at 20 'fill' (8 GPUs, never profiled: Nprof 1) waits for the node 'first' holds: 'later' is profiled,
+    # ahead of it (PriorityTier=2), on the 7 free GPUs
+    assert r.loc["later", "profiled"] and r.loc["later", "profiler_start"] == 20
+    r, _ = replay(rows, nodes=1, nprof=1)
+    assert r.loc["first", "profiled"]  # without the gate every eligible job is profiled
