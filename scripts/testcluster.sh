@@ -12,12 +12,30 @@
 # until lucidd moves them), `profiling` (MaxTime=INFINITE, lucidd enforces Tprof), and two VCs,
 # `main` (all nodes) and `research` (gpu[3-4]). job_submit.lua is the project's own
 # (lucidd/data/slurm/job_submit.lua). Everything stays on 127.0.0.1 with non-default ports.
+#
+# Environment (all optional; the defaults are the test cluster the tests use):
+#   LUCIDD_TC_DIR=/tmp/lucidd-testcluster   where everything lives (config, state, logs, databases)
+#   LUCIDD_TC_NODES=4                       fake nodes gpu[1-N], 8 GPUs each
+#   LUCIDD_TC_PORT_BASE=P                   run beside another copy: slurmctld P, slurmdbd P+2,
+#                                           slurmd P+4.., MariaDB P+90, PostgreSQL P+91
+#                                           (unset: 16817/16819/16821../16306/16432)
+#   LUCIDD_TC_LUA=0                         no JobSubmitPlugins (jobs stay in the partition asked
+#                                           for; bench/slurm_replay.py uses this)
+#   LUCIDD_TC_SCHED_PARAMS=...              SchedulerParameters (default bf_interval=2)
+#   LUCIDD_TC_EXTRA='Epilog=/bin/true'      more slurm.conf lines (';'-separated), appended
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${LUCIDD_TC_DIR:-/tmp/lucidd-testcluster}
 NODES=${LUCIDD_TC_NODES:-4}
 GPUS=8
 CTLD_PORT=16817; DBD_PORT=16819; SLURMD_PORT0=16821; MYSQL_PORT=16306; PG_PORT=16432
+if [ -n "${LUCIDD_TC_PORT_BASE:-}" ]; then
+  P=$LUCIDD_TC_PORT_BASE
+  CTLD_PORT=$P; DBD_PORT=$((P + 2)); SLURMD_PORT0=$((P + 4)); MYSQL_PORT=$((P + 90)); PG_PORT=$((P + 91))
+fi
+LUA=${LUCIDD_TC_LUA:-1}
+SCHED_PARAMS=${LUCIDD_TC_SCHED_PARAMS:-bf_interval=2}
+EXTRA=${LUCIDD_TC_EXTRA:-}
 PACKAGES=(slurmctld slurmd slurm-client munge slurmdbd slurm-wlm-mysql-plugin mariadb-server postgresql lua5.1)
 
 log() { echo "testcluster: $*" >&2; }
@@ -69,14 +87,14 @@ MpiDefault=none
 ReturnToService=2
 SlurmdParameters=config_overrides
 SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=2
+SchedulerParameters=$SCHED_PARAMS
 DefMemPerCPU=1000
 MaxJobCount=50000
 MaxArraySize=50001
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
-JobSubmitPlugins=lua
+$([ "$LUA" = 0 ] && echo "#JobSubmitPlugins=lua (LUCIDD_TC_LUA=0)" || echo "JobSubmitPlugins=lua")
 JobFileAppend=1
 JobRequeue=1
 MinJobAge=300
@@ -99,6 +117,7 @@ PartitionName=profiling Nodes=$(nodelist) Default=NO  MaxTime=INFINITE State=UP 
 PartitionName=main      Nodes=$(nodelist) Default=NO  MaxTime=INFINITE State=UP
 PartitionName=research  Nodes=gpu[$((NODES > 2 ? NODES - 1 : 1))-$NODES] Default=NO MaxTime=INFINITE State=UP
 EOF
+  [ -z "$EXTRA" ] || tr ';' '\n' <<<"$EXTRA" >> "$DIR/etc/slurm.conf"
   echo "AutoDetect=off" > "$DIR/etc/gres.conf"
   echo "NodeName=$(nodelist) Name=gpu File=$DIR/dev/nvidia[0-$((GPUS - 1))]" >> "$DIR/etc/gres.conf"
   cp "$ROOT/lucidd/data/slurm/job_submit.lua" "$DIR/etc/job_submit.lua"
