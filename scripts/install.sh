@@ -21,9 +21,11 @@ PY
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-stamp=.venv/.lucidd-installed
+# LUCIDD_EXTRAS: the extras to install (scripts/test.sh adds rl for the DL2 smoke training).
+extras=${LUCIDD_EXTRAS:-test}
+stamp=.venv/.lucidd-installed-${extras//,/-}
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e ".[$extras]"
   touch "$stamp"
 fi

@@ -3,5 +3,5 @@
 # artifact's data) skip with a reason when it is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install.sh
+LUCIDD_EXTRAS=test,rl scripts/install.sh  # rl: PyTorch for the DL2 smoke training (tests/elastic)
 exec .venv/bin/python -m pytest -q -ra "$@"
