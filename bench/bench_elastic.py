@@ -23,9 +23,27 @@ from lucidd.elastic.experiment import make_elastic_experiment, optimus_fit_error
 
 def avg_jct(exp, name):
     t0 = time.process_time()
+    if name.startswith("event-"):
+        vals = [exp.avg_jct_slots(name, i) for i in range(len(exp.traces))]
+        return sum(vals) / len(vals), [], time.process_time() - t0
     runs = [exp.run(name, i) for i in range(len(exp.traces))]
     cpu = time.process_time() - t0
     return sum(r.avg_jct_slots() for r in runs) / len(runs), runs, cpu
+
+
+RIGID = ["event-fifo", "event-tiresias", "event-lucid", "event-slurm", "rigid-fifo"]
+
+
+def table(exp, names, drf, skip=()):
+    print(f"{'policy':16s} {'avg JCT (slots)':>15s} {'avg JCT (s)':>12s} {'x DRF':>7s} {'CPU s':>7s}")
+    out = {}
+    for n in names:
+        if n in skip:
+            continue
+        v, runs, cpu = avg_jct(exp, n)
+        out[n] = (v, runs)
+        print(f"{n:16s} {v:15.3f} {v * exp.cluster.slot_s:12,.0f} {v / drf:7.3f} {cpu:7.1f}", flush=True)
+    return out
 
 
 def main():
@@ -34,24 +52,21 @@ def main():
     ap.add_argument("--seed", type=int, default=9973)
     ap.add_argument("--nodes", type=int, default=96)
     ap.add_argument("--dl2-model", help="a trained DL2 policy (lucidctl dl2-train / bench/bench_dl2.py)")
-    ap.add_argument("--skip", default="", help="comma-separated policies to leave out")
+    ap.add_argument("--skip", default="", help="comma-separated policies to leave out ('small': the 24-node table)")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     exp = make_elastic_experiment(nodes=args.nodes, seed=args.seed, n_traces=args.traces, dl2_model=args.dl2_model)
     print(f"dl2 workload: {args.traces} traces x {exp.workload.num_jobs} jobs, Google-trace arrivals (peak "
           f"{exp.workload.max_arrivals}/slot), seed {args.seed}; cluster {exp.cluster.describe()}")
     names = ["drf", "fifo", "srtf", "tetris", "optimus-oracle", "optimus"] + (["dl2"] if args.dl2_model else [])
-    rows, runs = {}, {}
-    for n in names:
-        if n in skip:
-            continue
-        rows[n], runs[n], cpu = avg_jct(exp, n)
-        rows[n] = (rows[n], cpu)
-    drf = rows["drf"][0]
+    drf = avg_jct(exp, "drf")[0]
     print()
-    print(f"{'policy':16s} {'avg JCT (slots)':>15s} {'avg JCT (s)':>12s} {'x DRF':>7s} {'CPU s':>7s}")
-    for n, (v, cpu) in rows.items():
-        print(f"{n:16s} {v:15.3f} {v * exp.cluster.slot_s:12,.0f} {v / drf:7.3f} {cpu:7.1f}")
+    res = table(exp, names, drf, skip)
+    rows = {n: (v,) for n, (v, _) in res.items()}
+    runs = {n: r for n, (_, r) in res.items()}
+    print(f"\nrigid shapes (k PS + k workers per job type: {exp.shapes}); event-* = the event-driven "
+          "simulator, a bundle as the unit, 2 per node; rigid-fifo = the slot engine")
+    table(exp, RIGID, drf, skip)
     ok = True
     if "optimus-oracle" in rows:
         r = rows["optimus-oracle"][0] / drf
@@ -91,6 +106,11 @@ def main():
         o48 = avg_jct(e48, "optimus-oracle")[0]
         print(f"\n48 nodes (DL2's params_template.py): DRF {d48:.3f} slots, Optimus-oracle {o48:.3f} slots, "
               f"ratio {o48 / d48:.3f}")
+    if args.nodes == 96 and "small" not in skip:
+        e24 = make_elastic_experiment(nodes=24, seed=args.seed, n_traces=args.traces)
+        d24 = avg_jct(e24, "drf")[0]
+        print("\n24 nodes (a cluster where rigid jobs queue; same traces):")
+        table(e24, ["drf", "optimus-oracle"] + RIGID, d24, skip)
     return 0 if ok else 1
 
 

@@ -74,7 +74,7 @@ def cmd_simulate_elastic(args) -> int:
     for name in policies:
         t0 = time.perf_counter()
         with progress_bar(len(exp.traces[0]), name, enabled=not args.no_progress):
-            results.append(exp.run(name).result(name))
+            results.append(exp.result(name))
         timings[name] = time.perf_counter() - t0
     out.clear()
     title = f"{what} on {exp.cluster.nodes} nodes ({exp.cluster.total_gpus} GPUs)"

@@ -19,7 +19,9 @@ LOSS_NOISE = 0.05
 
 
 def elastic_policy_names() -> list[str]:
-    return [*ELASTIC_BASELINES, "optimus-oracle", "optimus", "dl2"]
+    from .rigid import EVENT_POLICIES
+
+    return [*ELASTIC_BASELINES, "optimus-oracle", "optimus", "dl2", "rigid-fifo", *(f"event-{p}" for p in EVENT_POLICIES)]
 
 
 @dataclass
@@ -34,7 +36,18 @@ class ElasticExperiment:
     seed: int
     options: dict = field(default_factory=dict)
 
+    @property
+    def shapes(self) -> dict:
+        """Rigid shape (bundles) per model (lucidd.elastic.rigid)."""
+        from .rigid import rigid_shapes
+
+        return rigid_shapes(self.speeds, self.consts.models, self.cluster.max_tasks)
+
     def make_policy(self, name: str):
+        if name == "rigid-fifo":
+            from .rigid import RigidFIFO
+
+            return RigidFIFO(self.shapes)
         if name in ELASTIC_BASELINES:
             return ELASTIC_BASELINES[name]()
         if name == "optimus-oracle":
@@ -52,8 +65,31 @@ class ElasticExperiment:
         raise ConfigError(f"unknown elastic policy '{name}'; known: {', '.join(elastic_policy_names())}")
 
     def run(self, name: str, trace_index: int = 0) -> ElasticRun:
-        return simulate_elastic(self.traces[trace_index], self.make_policy(name), self.cluster, self.speeds,
-                                seed=self.seed + trace_index, speed_noise=SPEED_NOISE, loss_noise=LOSS_NOISE)
+        """One trace under an elastic (or rigid-fifo) policy on the slot engine."""
+        trace = self.traces[trace_index]
+        shapes = self.shapes
+        return simulate_elastic(trace, self.make_policy(name), self.cluster, self.speeds,
+                                seed=self.seed + trace_index, speed_noise=SPEED_NOISE, loss_noise=LOSS_NOISE,
+                                rigid_shapes={s.job_id: (shapes[s.model],) * 2 for s in trace})
+
+    def result(self, name: str, trace_index: int = 0):
+        """A SimulationResult named `name`: `event-P` runs policy P of the event-driven simulator on
+        the rigid shapes, anything else the slot engine."""
+        if name.startswith("event-"):
+            from .rigid import run_event_policies
+
+            r = run_event_policies(self.traces[trace_index], self.shapes, self.speeds, self.cluster,
+                                   policies=(name[len("event-"):],))
+            res = next(iter(r.values()))
+            res.policy = name
+            return res
+        return self.run(name, trace_index).result(name)
+
+    def avg_jct_slots(self, name: str, trace_index: int = 0) -> float:
+        if name.startswith("event-"):
+            r = self.result(name, trace_index)
+            return float(r.jobs["jct_s"].mean()) / self.cluster.slot_s
+        return self.run(name, trace_index).avg_jct_slots()
 
 
 def make_elastic_experiment(data_dir=None, nodes: int = 96, num_jobs: int = 60, max_arrivals: int = 3,
