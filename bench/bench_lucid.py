@@ -1,7 +1,10 @@
-"""Lucid against Tiresias (and the ablations) on the Venus September trace and the Philly trace.
+"""Lucid against Tiresias and slurm (and the ablations) on the Venus September trace and Lucid's Philly week.
 
-Prints, per trace, each policy's average JCT, average and p99.9 queueing delay and the ratios
-to Tiresias, plus the time to fit the models and one scheduling decision over 10,000 pending jobs.
+Both Lucids: `lucid*` is Lucid as lucidd runs it on Slurm (orchestrator/slurm_mode.py: SiteFactor
+order, Slurm's backfill, profiling partition over every node), `lucid-standalone*` is Lucid's own
+engine as the paper's artifact runs it (places jobs itself, packs, never backfills). Prints, per
+trace, each policy's average JCT, average and p99.9 queueing delay and the ratios to Tiresias, plus
+one standalone scheduling decision over 10,000 pending jobs.
 Run: .venv/bin/python bench/bench_lucid.py [venus|philly ...]
 """
 
@@ -13,7 +16,8 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 VENUS = SHARED / "traces" / "helios_venus_sept2020_lucid"
 PHILLY = SHARED / "traces" / "philly_sia_completed" / "philly.csv"
 ARTIFACT = SHARED / "lucid-artifact"
-POLICIES = ("tiresias", "lucid", "lucid-noprofiler", "lucid-nopacking", "lucid-oracle")
+POLICIES = ("tiresias", "slurm", "lucid", "lucid-noprofiler", "lucid-oracle", "lucid-standalone",
+            "lucid-standalone-noprofiler", "lucid-standalone-nopacking", "lucid-standalone-oracle")
 
 
 def experiment(name):
@@ -55,7 +59,7 @@ def decision_time():
 def main(names):
     from lucidd.metrics import summarize
 
-    print(f"one Lucid decision over 10,000 pending jobs: {decision_time() * 1000:.1f} ms")
+    print(f"one lucid-standalone decision over 10,000 pending jobs: {decision_time() * 1000:.1f} ms")
     for name in names:
         exp = experiment(name)
         print(f"\n== {name}: {len(exp.trace):,} jobs, {exp.spec.describe()[:80]}")
@@ -69,10 +73,10 @@ def main(names):
         for note in exp.notes:
             print("  note:", note)
         base = rows["tiresias"]
-        print(f"  {'policy':17s} {'avg JCT':>9s} {'avg queue':>9s} {'p99.9 q':>9s} {'JCT gain':>8s} {'q ratio':>7s} "
+        print(f"  {'policy':27s} {'avg JCT':>9s} {'avg queue':>9s} {'p99.9 q':>9s} {'JCT gain':>8s} {'q ratio':>7s} "
               f"{'p999 ratio':>10s} {'packed':>7s} {'prof.fin':>8s} {'sec':>6s}")
         for p, s in rows.items():
-            print(f"  {p:17s} {s['avg_jct_s']:9,.0f} {s['avg_queue_s']:9,.0f} {s['p999_queue_s']:9,.0f} "
+            print(f"  {p:27s} {s['avg_jct_s']:9,.0f} {s['avg_queue_s']:9,.0f} {s['p999_queue_s']:9,.0f} "
                   f"{base['avg_jct_s'] / s['avg_jct_s']:7.3f}x {s['avg_queue_s'] / max(base['avg_queue_s'], 1):7.3f} "
                   f"{s['p999_queue_s'] / max(base['p999_queue_s'], 1):10.3f} {s['packed_jobs']:7,} "
                   f"{s['profiler_finished']:8,} {s['seconds']:6.1f}")

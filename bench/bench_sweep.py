@@ -65,6 +65,20 @@ def command(point: str, policies) -> str:
     return f".venv/bin/lucidctl simulate {src} --scale-nodes {factor} --policies {','.join(policies)} --no-plots"
 
 
+def parse_policy(p: str):
+    """`lucid[starvation_s=43200;aging_halflife_s=0]` -> ("lucid", {...}): a policy with experiment
+    options (the replay's knobs, docs/simulator.md), as a label of its own."""
+    if "[" not in p:
+        return p, {}
+    name, _, rest = p.partition("[")
+    opts = {}
+    for kv in rest.rstrip("]").split(";"):
+        if kv:
+            k, _, v = kv.partition("=")
+            opts[k.strip()] = int(float(v)) if float(v) == int(float(v)) else float(v)
+    return name, opts
+
+
 def offered_load(exp) -> float:
     t = exp.trace
     span = float(t["submit_time"].max() - t["submit_time"].min()) or 1.0
@@ -79,24 +93,43 @@ def run_point(point, policies, cache: Path | None, fresh=()):
     rows = {}
     pdir = cache / point.replace(":", "_x") if cache else None
     for p in policies:
-        if pdir is not None and (pdir / f"{p}.json").exists() and p not in fresh:
-            rows[p] = json.loads((pdir / f"{p}.json").read_text())
+        fname = p.replace("[", "(").replace("]", ")").replace(";", ",")
+        if pdir is not None and (pdir / f"{fname}.json").exists() and p not in fresh:
+            rows[p] = json.loads((pdir / f"{fname}.json").read_text())
             continue
         if exp is None:
             exp = experiment(point)
+        name, opts = parse_policy(p)
+        model_s = 0.0
+        if name.startswith("lucid") and "estimates" not in exp.options.get("_cache", {}):
+            from orchestrator.simulation import duration_estimates
+
+            t = time.perf_counter()  # the duration model's weekly refits, shared by every Lucid run
+            duration_estimates(exp)
+            model_s = time.perf_counter() - t
+        saved = dict(exp.options)
+        exp.options.update(opts)
         t = time.perf_counter()
-        r = exp.run(p)
+        try:
+            r = exp.run(name)
+        finally:
+            exp.options.clear()
+            exp.options.update(saved)
         s = summarize(p, r.jobs, r.series, r.total_gpus)
         s.update(r.extra.get("summary", {}))
-        s["seconds"] = round(time.perf_counter() - t, 2)
+        s["seconds"] = round(time.perf_counter() - t, 2)  # the replay, without the model fit
+        s["model_s"] = round(model_s, 1)
+        if "profiler" in r.extra and "requeued" in r.extra["profiler"]:
+            s["profiler"] = r.extra["profiler"]
         s["offered_load"] = offered_load(exp)
         s["nodes"] = exp.spec.total_nodes
         rows[p] = s
         if pdir is not None:
             pdir.mkdir(parents=True, exist_ok=True)
-            r.jobs.to_csv(pdir / f"jobs_{p}.csv", index=False)
-            (pdir / f"{p}.json").write_text(json.dumps(s, default=float))
-        print(f"  [{point}] {p}: {s['seconds']:.1f} s", file=sys.stderr, flush=True)
+            r.jobs.to_csv(pdir / f"jobs_{fname}.csv", index=False)
+            (pdir / f"{fname}.json").write_text(json.dumps(s, default=float))
+        print(f"  [{point}] {p}: {s['seconds']:.1f} s" + (f" (+ {model_s:.1f} s fitting the duration model)"
+                                                          if model_s else ""), file=sys.stderr, flush=True)
     return rows
 
 
@@ -105,12 +138,20 @@ def report(point, rows, policies) -> list[dict]:
     print(f"\n== {point}: {any_row['jobs']:,} jobs, {any_row['nodes']} nodes, offered load "
           f"{any_row['offered_load'] * 100:.1f} %")
     print(f"   {command(point, policies)}")
-    print(f"   {'policy':9s} {'avg_jct_s':>10s} {'avg_queue_s':>11s} {'p999_queue_s':>12s} {'gpu_util':>8s} "
+    w = max(9, *(len(p) for p in policies))
+    print(f"   {'policy':{w}s} {'avg_jct_s':>10s} {'avg_queue_s':>11s} {'p999_queue_s':>12s} {'gpu_util':>8s} "
           f"{'prof.fin':>8s} {'seconds':>8s}")
     for p in policies:
         s = rows[p]
-        print(f"   {p:9s} {s['avg_jct_s']:10,.0f} {s['avg_queue_s']:11,.0f} {s['p999_queue_s']:12,.0f} "
+        print(f"   {p:{w}s} {s['avg_jct_s']:10,.0f} {s['avg_queue_s']:11,.0f} {s['p999_queue_s']:12,.0f} "
               f"{s['gpu_util']:8.3f} {int(s.get('profiler_finished', 0)):8,} {s['seconds']:8.1f}")
+    for p in policies:
+        st = rows[p].get("profiler")
+        if st:
+            print(f"   {p}: profiled {st['profiled']:,}, finished there {st['finished_in_profiler']:,}, requeued "
+                  f"{st['requeued']:,} ({st['lost_gpu_s'] / 3600:,.0f} GPU-h lost), unprofiled after waiting "
+                  f"2 x Tprof {st['released_after_wait']:,}, longest wait for a profiling slot "
+                  f"{st['max_profiling_wait_s']:,} s")
     checks = []
     if "lucid" not in rows:
         return checks
@@ -162,7 +203,8 @@ def report(point, rows, policies) -> list[dict]:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", default=",".join(POINTS))
-    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--policies", default=",".join(POLICIES),
+                    help="comma-separated; a policy may carry replay options: lucid[prof_gate=1;starvation_s=43200]")
     ap.add_argument("--cache", help="folder for replays (read back when present)")
     ap.add_argument("--fresh", default="", help="policies to replay again even when cached")
     args = ap.parse_args(argv)
