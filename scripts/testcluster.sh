@@ -158,6 +158,9 @@ start_mariadb() {
     --socket="$DIR/run/mysqld/mysqld.sock" --pid-file="$DIR/run/mysqld/mysqld.pid" \
     --log-error="$DIR/log/mysqld.log" --skip-name-resolve --innodb-buffer-pool-size=64M >/dev/null 2>&1 &
   wait_for 30 MariaDB mariadb --socket="$DIR/run/mysqld/mysqld.sock" -e 'select 1'
+  # a fresh controller restarts job ids at 1: accounting from an earlier start would mix old jobs
+  # into `sacct -j` of new ones with the same ids
+  mariadb --socket="$DIR/run/mysqld/mysqld.sock" -e "DROP DATABASE IF EXISTS slurm_acct_db;"
   mariadb --socket="$DIR/run/mysqld/mysqld.sock" -e "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurmtest'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
 }
 
