@@ -10,6 +10,12 @@ stand in for those samples.
 Time-aware scaling: while more than `scale_up_queue` jobs wait, the partition borrows up to
 `max_extra_nodes` nodes; it gives them back when fewer than `scale_down_queue` wait and the
 demand forecast is low.
+
+This is the profiler of Lucid's own engine (`lucid-standalone`, as the paper's artifact runs it).
+lucidd profiles differently on a live cluster, and `lucid` replays that: a `profiling` partition
+over every node, capped in GPUs rather than given nodes of its own, admission by
+`orchestrator.live.plan_profiling` (still least-GPUs-first, with this module's `LeastGPUFirst`
+key), requeue at Tprof by lucidd (orchestrator/slurm_mode.py, docs/simulator.md).
 """
 
 from __future__ import annotations
