@@ -532,8 +532,8 @@ class LucidOnSlurm:
 
 
 def _site_factor_key(job):
-    """Slurm's order in a partition: SiteFactor, higher first; ties by submission (job id)."""
-    return (-job.attrs["site_factor"], job.seq)
+    """Slurm's order in a partition: SiteFactor, higher first; ties by original submission, then job id."""
+    return (-job.attrs["site_factor"], job.attrs["submitted"], job.seq)
 
 
 def replay_cycle(recorded: dict, live=None) -> dict:

@@ -266,3 +266,39 @@ def test_queue_gate_profiles_only_where_someone_waits():
     assert r.loc["later", "profiled"] and r.loc["later", "profiler_start"] == 20
     r, _ = replay(rows, nodes=1, nprof=1)
     assert r.loc["first", "profiled"]  # without the gate every eligible job is profiled
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_without_profiling_and_order_it_is_the_slurm_baseline(seed):
+    # Profiling off and [ordering] off (every SiteFactor 0, ties by submission): on jobs submitted on the
+    # reconcile grid (no inbox wait) the replay must start every job where the slurm baseline does.
+    import random
+
+    from lucidd.simulator import simulate
+
+    rng = random.Random(seed)
+    vcs = {"a": rng.choice([1, 2, 3]), "b": rng.choice([1, 2])}
+    rows = []
+    for i in range(150):
+        vc = rng.choice("ab")
+        g = rng.choice([g for g in (1, 2, 4, 8, 16) if g <= vcs[vc] * 8])
+        rows.append((f"j{i}", g, 10 * rng.randrange(0, 600), rng.choice([0, rng.randrange(1, 400), rng.randrange(400, 9000)]),
+                     100, vc))
+    df = pd.DataFrame([r[:4] for r in rows], columns=["job_id", "gpu_num", "submit_time", "duration"])
+    df["vc"] = [r[5] for r in rows]
+    df["seq"] = range(len(df))
+    spec = ClusterSpec({v: VCSpec(v, n, 8) for v, n in vcs.items()})
+    rule = parse_limit_rule("x1.5")
+    base = simulate(jobs_from_frame(df), spec, lambda vc: SlurmBackfill(SlurmConfig(limit_rule=rule))).jobs
+    jobs = jobs_from_frame(df)
+    for j in jobs:
+        j.estimate = 100.0
+    live = config_from_dict({"profiler": {"enabled": False}, "ordering": {"enabled": False}})
+    sim = LucidOnSlurm(jobs, spec, live, lambda priority: SlurmBackfill(SlurmConfig(limit_rule=rule),
+                                                                         priority=priority))
+    sim.run()
+    got = {j.job_id: j.start_time for j in jobs}
+    assert [got[j] for j in base["job_id"]] == list(base["start_time"])
+    series = sim.series_frame()
+    assert (series["busy_gpus"] >= 0).all() and (series["queued_jobs"] >= 0).all()
+    assert series["busy_gpus"].max() <= spec.total_gpus and series["queued_jobs"].iloc[-1] == 0
