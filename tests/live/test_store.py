@@ -12,18 +12,29 @@ import pytest
 
 from lucidd.live.store import (SCHEMA_VERSION, CycleRow, JobRow, Store, StoreError, redact)
 
-PG_URL = os.environ.get("LUCIDD_TEST_PG_URL", "")
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
-def _pg_store():
+def _pg_url(request) -> str:
+    """LUCIDD_TEST_PG_URL, or the test cluster's PostgreSQL (started by the session fixture)."""
+    url = os.environ.get("LUCIDD_TEST_PG_URL", "")
+    if url:
+        return url
+    try:
+        return request.getfixturevalue("slurm_cluster").get("LUCIDD_TEST_PG_URL", "")
+    except pytest.skip.Exception as exc:
+        if IN_CI:
+            pytest.fail(f"CI=true but the test cluster's PostgreSQL is not available ({exc}): "
+                        "the PostgreSQL store tests must run")
+        raise
+
+
+def _pg_store(request):
     from sqlalchemy import create_engine, text
 
+    PG_URL = _pg_url(request)
     if not PG_URL:
-        if IN_CI:
-            pytest.fail("CI=true but LUCIDD_TEST_PG_URL is not set: the PostgreSQL store tests must run "
-                        "(eval \"$(scripts/testcluster.sh env)\")")
-        pytest.skip("LUCIDD_TEST_PG_URL not set (PostgreSQL store tests run with the test cluster)")
+        pytest.fail("the test cluster gave no LUCIDD_TEST_PG_URL")
     schema = f"lucidd_test_{uuid.uuid4().hex[:12]}"
     admin = create_engine(PG_URL, future=True)
     with admin.begin() as c:  # no skip on failure: with the URL set, an unreachable server is an error
@@ -50,7 +61,7 @@ def store(request, tmp_path):
         yield s.create()
         s.engine.dispose()
     else:
-        s, handle = _pg_store()
+        s, handle = _pg_store(request)
         try:
             yield s.create()
         finally:
