@@ -233,8 +233,10 @@ def test_offset_rule_keeps_the_trace_limit_for_longer_jobs():
 def test_robustness_of_an_uncontended_window_is_nil():
     w, _ = sr.select_window(trace([("a", "x", 1, 0, 600), ("b", "x", 1, 60, 1200)]), nodes=1)
     opts = sr.model_options({}, 60, scaled(60))
-    for dead, jct, within in sr.robustness(w, 1, opts, 60, dead_s=(0.5,)):
-        assert dead == 0.5 and jct == pytest.approx(100 * 30 / 900) and within == 100.0
+    (what, jct, within), (what2, jct2, within2) = sr.robustness(w, 1, opts, 60, dead_s=(0.5,))
+    assert "0.5 s real (30 trace s)" in what and jct == pytest.approx(100 * 30 / 900) and within == 100.0
+    # submits at whole real seconds (a: 0, b: 60) and decisions only then: nothing moves here
+    assert "whole real seconds" in what2 and jct2 == pytest.approx(0) and within2 == 100.0
 
 
 def test_lucid_options_scale_lucidds_durations(tmp_path):
