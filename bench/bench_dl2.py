@@ -34,6 +34,7 @@ def main():
     ap.add_argument("--eval-every", type=int, default=40, help="RL episodes between validations")
     ap.add_argument("--rl-lr", type=float, default=TrainConfig.rl_lr)
     ap.add_argument("--explore", type=float, default=TrainConfig.explore)
+    ap.add_argument("--reward", choices=["slot", "job"], default="slot", help="DL2's reward form (dl2_train.TrainConfig)")
     ap.add_argument("--out", default="dl2-policy.npz")
     ap.add_argument("--resume", help="a .pt checkpoint to continue from (skips the SL phase)")
     args = ap.parse_args()
@@ -48,7 +49,7 @@ def main():
           f"Optimus-oracle {oracle:.3f} slots", flush=True)
     cpu_baselines = time.process_time() - t_start
 
-    tr = Trainer(val.speeds, val.cluster, TrainConfig(rl_lr=args.rl_lr, explore=args.explore))
+    tr = Trainer(val.speeds, val.cluster, TrainConfig(rl_lr=args.rl_lr, explore=args.explore, reward=args.reward))
     t_train = time.process_time()
     curve = []
     if args.resume:

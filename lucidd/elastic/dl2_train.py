@@ -82,6 +82,10 @@ class TrainConfig:
     explore: float = 0.1
     seed: int = 53  # DL2's tf_seed
     threads: int = 1
+    #: "slot": every action of a slot gets the slot's reward (DL2's default); "job": an action gets the
+    #: progress of the job it gave a task to, the skip action the slot's mean (DL2's
+    #: TS_REWARD_PLUS_JOB_REWARD, get_job_reward)
+    reward: str = "slot"
 
 
 class ReplayMemory:
@@ -142,11 +146,12 @@ class _Actor(ElasticPolicy):
                 a = t.explore_action(plan, m, a)
             x, present = plan.x.copy(), plan.present.copy()
             if a == len(probs) - 1:
-                self.steps.append((x, present, m, a))
+                self.steps.append((x, present, m, a, None))
                 break
+            jid = plan.window[a // 3].job_id
             if not plan.apply(a):
                 break  # as in DL2: a task that does not fit ends the slot and is not a sample
-            self.steps.append((x, present, m, a))
+            self.steps.append((x, present, m, a, jid))
         return plan.allocations()
 
 
@@ -269,9 +274,14 @@ class Trainer:
             view = run.view()
             alloc = actor.allocate(view)
             progressed = run.apply(alloc)
-            r = float(sum(g / specs[j].num_epochs for j, g in progressed.items()))
-            for x, present, m, a in actor.steps:
-                self.memory.add(x, present, m, a, r)
+            per_job = {j: g / specs[j].num_epochs for j, g in progressed.items()}
+            r = float(sum(per_job.values()))
+            for x, present, m, a, jid in actor.steps:
+                if self.cfg.reward == "job":
+                    rr = per_job.get(jid, 0.0) if jid is not None else (r / len(per_job) if per_job else 0.0)
+                else:
+                    rr = r
+                self.memory.add(x, present, m, a, rr)
             if self.memory.n >= self.cfg.batch and actor.steps:
                 self._update(torch)
         self.episodes += 1
