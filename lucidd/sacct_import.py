@@ -251,7 +251,11 @@ def check_sacct_data(data, source: str = "sacct --json") -> list:
         else:
             what = "an empty JSON object"
         raise SacctImportError(f"{source}: not `sacct --json` output ({what})")
-    errors = [e for e in data.get("errors") or [] if e]
+    # Slurm 22.05 reports an empty accounting window as error 9003 "Nothing found"; that is an empty
+    # history (a new cluster, a quiet window), not a failure, and is told apart by the caller's
+    # "no jobs to write".
+    errors = [e for e in data.get("errors") or []
+              if e and not (isinstance(e, dict) and (e.get("error_number") == 9003 or e.get("description") == "Nothing found"))]
     if not jobs and errors:
         raise SacctImportError(f"{source}: sacct reported errors and no jobs: {_one_line(json.dumps(errors))[:300]}")
     for rec in jobs[:50]:

@@ -287,6 +287,9 @@ def test_parse_when():
     ('{"jobs": [{"job_id": 1}]}', "a job record without a 'time' object"),
     ('{"jobs": [], "errors": [{"error": "slurmdbd down"}]}', "sacct reported errors and no jobs"),
     ('{"jobs": []}', "no jobs to write (0 sacct records"),
+    # Slurm 22.05's answer for an empty window (a new cluster): an empty history, not an error
+    ('{"jobs": [], "errors": [{"description": "Nothing found", "error_number": 9003, '
+     '"error": "Nothing found with query", "source": "slurmdb_jobs_get"}]}', "no jobs to write (0 sacct records"),
 ])
 def test_bad_input_is_one_line_naming_the_file(tmp_path, capsys, content, needle):
     bad = tmp_path / "bad.json"
