@@ -447,7 +447,8 @@ def lucid_options(config_path: str, compression: float) -> dict:
     c = compression
     return {"tprof": int(round(p.tprof_s * c)), "nprof": p.nprof_gpus, "prof_capacity_gpus": p.capacity_gpus,
             "prof_burst_gpus": p.burst_capacity_gpus, "prof_burst_queue": p.burst_queue,
-            "profiling": bool(p.enabled), "starvation_s": int(round(o.starvation_s * c)),
+            "profiling": bool(p.enabled), "prof_gate": 2 if p.skip_when_free else 0,
+            "starvation_s": int(round(o.starvation_s * c)),
             "aging_halflife_s": int(round(o.aging_halflife_s * c)), "points_per_doubling": o.points_per_doubling,
             "interval_s": float(cfg.daemon.interval_s * c), "restart_s": int(round(c))}
 

@@ -56,10 +56,12 @@ def _parser() -> argparse.ArgumentParser:
                                                  "profiling partition's GPUs)")
     lucid.add_argument("--gss", type=int, help="GPU sharing score budget GSS (default 2; 0 disables packing; 0-4)")
     lucid.add_argument("--starvation-s", type=int,
-                       help="wait after which a job jumps the queue (default 345600 = 96 h; >= 1)")
+                       help="wait after which a job jumps the queue (default: lucid 43200 = 12 h, as lucidd ships; "
+                            "lucid-standalone 345600 = 96 h; >= 1)")
     lucid.add_argument("--aging-halflife-s", type=int,
                        help="a waiting job's priority value (estimate x GPUs) halves every this many seconds "
-                            "(default 172800 = 48 h; 0: no aging)")
+                            "(default: lucid 0 = no aging, as lucidd ships; lucid-standalone 172800 = 48 h; "
+                            "0: no aging)")
     s.add_argument("--skip-bad-rows", action="store_true", help="drop malformed trace rows (counted and reported) instead of failing")
     s.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

@@ -110,7 +110,8 @@ def profiling_skip_reason(p, j, record) -> str | None:
 
 
 def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, profiling_gpus: int,
-                   plan: Plan | None = None, skip=None, capacity=None, queued: dict | None = None) -> Plan:
+                   plan: Plan | None = None, skip=None, capacity=None, queued: dict | None = None,
+                   free: dict | None = None) -> Plan:
     """One cycle's profiling decisions (plan.requeue, abandon, profile, release), as lucidd makes them.
 
     Tprof: a job running in profiling for >= Tprof is requeued; one that ran far past it while
@@ -122,7 +123,9 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
 
     `queued` (partition -> jobs pending there), when given, switches profiling off for a job whose
     partition has nobody waiting: it would start at once, and profiling could only delay it (the
-    daemon does not pass it: off unless configured)."""
+    daemon does not pass it: off unless configured). `free` (partition -> most free GPUs on one of
+    its nodes), given with `queued`, narrows that to a job that also fits on a node of its partition
+    now: a job whose partition is full without a queue would wait, and profiling may save it that."""
     plan = plan if plan is not None else Plan()
     skip = skip or (lambda j, r: profiling_skip_reason(p, j, r))
     capacity = capacity or (lambda queue_len: profiling_capacity(p, profiling_gpus, queue_len))
@@ -148,7 +151,8 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     for j in inbox:
         r = records.get(j.job_id)
         why = skip(j, r)
-        if why is None and queued is not None and r is not None and not queued.get(r.target_partition, 0):
+        if (why is None and queued is not None and r is not None and not queued.get(r.target_partition, 0)
+                and (free is None or free.get(r.target_partition, 0) >= j.gpus)):
             why = f"nobody waits in {r.target_partition}: it would start at once, profiling could only delay it"
         if why is not None:
             plan.release.append((j.job_id, f"not profiled: {why}"))
@@ -262,9 +266,11 @@ class LucidDecider(Decider):
         return profiling_skip_reason(self.cfg.profiler, j, record)
 
     def decide(self, inp: DecisionInput) -> Plan:
+        gate = self.cfg.profiler.skip_when_free
         plan = plan_profiling(self.cfg.profiler, self.cfg.daemon.interval_s, inp.now, inp.inbox, inp.profiling,
                               inp.records, inp.profiling_gpus, skip=self.skip_reason,
-                              capacity=lambda queue_len: self.capacity(inp, queue_len))
+                              capacity=lambda queue_len: self.capacity(inp, queue_len),
+                              queued=inp.queued if gate else None, free=inp.free_gpus if gate else None)
         now = inp.now
         # Main queues: Lucid's order as SiteFactor.
         if self.cfg.ordering.enabled:
@@ -316,8 +322,10 @@ class LucidDecider(Decider):
         decided = [j for j in inp.waiting if j.job_id in plan.site_factors and (
             inp.records.get(j.job_id) is None
             or inp.records[j.job_id].site_factor != plan.site_factors[j.job_id][0])]
-        return {"now": inp.now, "profiling_gpus": inp.profiling_gpus,
+        return {"now": inp.now, "profiling_gpus": inp.profiling_gpus, "queued": dict(inp.queued),
+                "free_gpus": dict(inp.free_gpus),
                 "config": {"tprof_s": self.cfg.profiler.tprof_s, "nprof_gpus": self.cfg.profiler.nprof_gpus,
+                           "skip_when_free": self.cfg.profiler.skip_when_free,
                            "starvation_s": self.policy.config.starvation_s,
                            "aging_halflife_s": self.policy.config.aging_halflife_s,
                            "points_per_doubling": self.cfg.ordering.points_per_doubling},

@@ -40,12 +40,21 @@ def _option(exp: Experiment, name, default):
     return default if v is None else v
 
 
-def option_defaults(spec) -> dict:
+def option_defaults(spec, variant: str = "lucid-standalone") -> dict:
     """The value each Lucid option (`lucidctl simulate` flag) takes when not given, from the
-    components' own config defaults; the simulation runner and the tuner both read it."""
-    return {"tprof": ProfilerConfig.time_limit, "nprof": ProfilerConfig.max_gpus,
-            "cprof": default_profiler_nodes(spec), "gss": BinderConfig.gss,
-            "starvation_s": LucidConfig.starvation_s, "aging_halflife_s": LucidConfig.aging_halflife_s}
+    components' own config defaults; the simulation runner and the tuner both read it.
+
+    `variant`: the Lucid replayed. `lucid*` (as lucidd runs it on Slurm) orders jobs with lucidd's
+    own `[ordering]` defaults, which differ from lucid-standalone's engine."""
+    out = {"tprof": ProfilerConfig.time_limit, "nprof": ProfilerConfig.max_gpus,
+           "cprof": default_profiler_nodes(spec), "gss": BinderConfig.gss,
+           "starvation_s": LucidConfig.starvation_s, "aging_halflife_s": LucidConfig.aging_halflife_s}
+    if not variant.startswith("lucid-standalone"):
+        from lucidd.live.config import config_from_dict
+
+        o = config_from_dict({}).ordering
+        out.update(starvation_s=o.starvation_s, aging_halflife_s=o.aging_halflife_s)
+    return out
 
 
 # ----- model inputs, computed once per experiment and shared by the variants ----------------
@@ -294,7 +303,7 @@ def run_lucid_on_slurm(exp: Experiment, jobs, on_progress, variant: str) -> Simu
 
     offset = int(pd.Timestamp(exp.origin).timestamp()) if exp.origin is not None else 0
     sim = LucidOnSlurm(jobs, exp.spec, live, make_slurm, restart_s=int(_option(exp, "restart_s", 1)),
-                       clock_offset=offset, prof_gate=bool(exp.options.get("prof_gate")))
+                       clock_offset=offset, prof_gate=None if exp.options.get("prof_gate") is None else int(exp.options["prof_gate"]))
     stats = sim.run(on_progress)
     frame = results_frame(jobs)
     extra = {"summary": {"profiler_finished": stats.finished_in_profiler}, "profiler": stats.as_dict()}

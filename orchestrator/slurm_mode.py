@@ -14,7 +14,8 @@ daemon runs:
   a job enters its partition's queue and again at the first cycle after it starts starving
   (the only time the value changes; estimates are fixed once made, as live).
 * Profiling: `orchestrator.live.plan_profiling`, the daemon's admission (capacity = max(Nprof,
-  3 % of the GPUs) unless configured, burst capacity, least-GPUs-first, skip rules, jobs that
+  3 % of the GPUs) unless configured, burst capacity, least-GPUs-first, skip rules (a job that
+  would start at once in its partition is not profiled, `[profiler] skip_when_free`), jobs that
   waited more than 2 x Tprof for room go unprofiled, Tprof requeue). The `profiling` partition
   spans every node with PriorityTier=2: its jobs start before any partition's jobs, on the
   best-fitting node anywhere (Slurm does not know a job's home partition). While they run,
@@ -90,7 +91,7 @@ def live_config(options: dict | None = None):
 
     options (as `lucidctl simulate` and the tuner name them): tprof, nprof, cprof (0: no
     profiling), profiling (False: off), starvation_s, aging_halflife_s, points_per_doubling,
-    interval_s, prof_capacity_gpus, prof_burst_gpus, prof_burst_queue."""
+    interval_s, prof_capacity_gpus, prof_burst_gpus, prof_burst_queue, skip_when_free."""
     o = {k: v for k, v in (options or {}).items() if v is not None}
     prof = {}
     if "tprof" in o:
@@ -103,6 +104,8 @@ def live_config(options: dict | None = None):
         prof["burst_capacity_gpus"] = int(o["prof_burst_gpus"])
     if "prof_burst_queue" in o:
         prof["burst_queue"] = int(o["prof_burst_queue"])
+    if "skip_when_free" in o:
+        prof["skip_when_free"] = bool(o["skip_when_free"])
     if not o.get("profiling", True) or o.get("cprof") == 0:
         prof["enabled"] = False
     order = {}
@@ -143,7 +146,7 @@ class LucidOnSlurm:
     as live; any offset gives the same order)."""
 
     def __init__(self, jobs: list[Job], spec: ClusterSpec, live, make_slurm=None, restart_s: int = 1,
-                 clock_offset: int = 0, profiling_gpus: int | None = None, prof_gate: bool = False):
+                 clock_offset: int = 0, profiling_gpus: int | None = None, prof_gate: int | None = None):
         self.jobs = sorted(jobs, key=lambda j: (j.submit_time, j.seq))
         self.spec = spec
         self.live = live
@@ -156,7 +159,8 @@ class LucidOnSlurm:
         self.off = int(clock_offset)
         self.ppd = live.ordering.points_per_doubling
         self.order_on = live.ordering.enabled
-        self.prof_gate = prof_gate
+        # 0 off, 1 nobody queued in the partition, 2 and it fits on a node now ([profiler] skip_when_free)
+        self.prof_gate = (2 if live.profiler.skip_when_free else 0) if prof_gate is None else int(prof_gate)
         self.lucid = LucidPolicy(LucidConfig(starvation_s=live.ordering.starvation_s,
                                              aging_halflife_s=live.ordering.aging_halflife_s))
         make_slurm = make_slurm or (lambda priority: SlurmBackfill(priority=priority))
@@ -342,10 +346,19 @@ class LucidOnSlurm:
         if releasing:
             gone = set(releasing)
             self.requeued = [s for s in self.requeued if s not in gone]
-        queued = {name: len(part.pending) for name, part in self.parts.items()} if self.prof_gate else None
+        queued, free = self._gate_view()
         plan = plan_profiling(self.p, self.interval, now, list(self.inbox.values()), list(self.prof.values()),
-                              recs, self.prof_gpus, queued=queued)
+                              recs, self.prof_gpus, queued=queued, free=free)
         return plan, releasing
+
+    def _gate_view(self) -> tuple[dict | None, dict | None]:
+        """What the profiling gate reads (DecisionInput.queued, .free_gpus): jobs pending per
+        partition, most free GPUs on one node of each."""
+        if not self.prof_gate:
+            return None, None
+        queued = {name: len(part.pending) for name, part in self.parts.items()}
+        free = {name: max(part.vc.free, default=0) for name, part in self.parts.items()} if self.prof_gate == 2 else None
+        return queued, free
 
     def _cycle(self, t: int):
         now = t + self.off
@@ -548,7 +561,8 @@ def replay_cycle(recorded: dict, live=None) -> dict:
     if live is None:
         live = live_config({"tprof": c["tprof_s"], "nprof": c["nprof_gpus"], "starvation_s": c["starvation_s"],
                             "aging_halflife_s": c["aging_halflife_s"],
-                            "points_per_doubling": c["points_per_doubling"]})
+                            "points_per_doubling": c["points_per_doubling"],
+                            "skip_when_free": c.get("skip_when_free", False)})
     now = int(recorded["now"])
     entries = [("inbox", d) for d in recorded["inbox"]] + [("profiling", d) for d in recorded["profiling"]] + \
         [("waiting", d) for d in recorded["waiting"]]
@@ -565,6 +579,9 @@ def replay_cycle(recorded: dict, live=None) -> dict:
     spec = ClusterSpec({vc: VCSpec(vc, max(1, n), 8) for vc, n in parts.items()})
     sim = LucidOnSlurm(jobs, spec, live, profiling_gpus=recorded["profiling_gpus"])
     sim._init_state()
+    if sim.prof_gate:  # the partitions' queues and free GPUs as the daemon saw them
+        queued, free = dict(recorded.get("queued") or {}), dict(recorded.get("free_gpus") or {})
+        sim._gate_view = lambda: (queued, free)
     for kind, d in entries:
         seq = int(d["job_id"])
         lj = sim.live_jobs[seq]

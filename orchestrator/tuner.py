@@ -57,9 +57,10 @@ def default_space(exp: Experiment, packing: bool = True) -> list[TunableParam]:
         TunableParam("tprof", (60, 120, 200, 300, 600), {"profiler_finished": "up"},
                      "profiler time limit Tprof (s)"),
         TunableParam("cprof", tuple(cprof), {}, "profiling partition nodes Cprof (0: no profiler)"),
-        TunableParam("starvation_s", tuple(h * HOUR for h in (24, 36, 48, 60, 72, 96, 120)),
+        TunableParam("starvation_s", tuple(h * HOUR for h in (12, 24, 36, 48, 60, 72, 96, 120)),
                      {"avg_jct_s": "down"}, "wait after which a job jumps the queue (s)"),
-        TunableParam("aging_halflife_s", tuple(h * HOUR for h in (12, 24, 48, 96, 192)), {"avg_jct_s": "down"},
+        # 0 (no aging) is an infinite half-life: last in the grid's order, which the smoothing follows
+        TunableParam("aging_halflife_s", tuple(h * HOUR for h in (12, 24, 48, 96, 192, 0)), {"avg_jct_s": "down"},
                      "a waiting job's priority value halves every this many seconds (s)"),
     ]
     if packing:
@@ -147,7 +148,7 @@ class Tuner:
     def current_params(self) -> dict:
         from orchestrator.simulation import option_defaults
 
-        defaults = option_defaults(self.exp.spec)
+        defaults = option_defaults(self.exp.spec, self.variant)
         out = {}
         for p in self.space:
             v = self.exp.options.get(p.name)

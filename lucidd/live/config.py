@@ -64,14 +64,20 @@ SCHEMA: dict[str, dict[str, Key]] = {
                                            "(time-aware scaling; 0: same as capacity)", min=0, max=10000000),
         "burst_queue": Key(int, 10, "inbox jobs waiting for profiling above which the burst capacity applies",
                            min=0, max=1000000),
+        "skip_when_free": Key(bool, True, "a job that would start at once (nobody waits in its partition and "
+                                          "one of its nodes has its GPUs free) skips profiling: there it could "
+                                          "only be delayed"),
         "exempt_users": Key(_STR_LIST, [], "users whose jobs skip profiling"),
         "exempt_accounts": Key(_STR_LIST, [], "accounts whose jobs skip profiling"),
         "exempt_partitions": Key(_STR_LIST, [], "requested partitions whose jobs skip profiling"),
     },
     "ordering": {
         "enabled": Key(bool, True, "apply Lucid's queue order as SiteFactor"),
-        "starvation_s": Key(int, 96 * 3600, "wait after which a job goes to the front", min=1, max=10 ** 9),
-        "aging_halflife_s": Key(int, 48 * 3600, "a waiting job's estimate x GPUs halves every this many seconds "
+        # 12 h without aging: the setting of the load sweep (docs/lucid.md) that keeps Slurm's order
+        # for the jobs Slurm's backfill would otherwise pass over for days (wide jobs whose estimate
+        # is too long), at every load; 96 h with 48 h aging (lucid-standalone's) did not.
+        "starvation_s": Key(int, 12 * 3600, "wait after which a job goes to the front", min=1, max=10 ** 9),
+        "aging_halflife_s": Key(int, 0, "a waiting job's estimate x GPUs halves every this many seconds "
                                                 "(0: no aging)", min=0, max=10 ** 9),
         "points_per_doubling": Key(int, 1000, "SiteFactor points between two jobs whose estimate x GPUs differ "
                                               "2x", min=1, max=1000000),

@@ -45,6 +45,8 @@ class DecisionInput:
     waiting: list  # [LiveJob] pending in a managed partition (or being released there now)
     records: dict  # job_id -> JobRow (original submit time, target partition, estimate...)
     profiling_gpus: int  # usable GPUs of the profiling partition's nodes
+    queued: dict = field(default_factory=dict)  # partition -> jobs pending there (waiting, by partition)
+    free_gpus: dict = field(default_factory=dict)  # partition -> most free GPUs on one of its usable nodes
 
 
 @dataclass
@@ -218,7 +220,15 @@ class Reconciler:
         in_profiling = [seen[jid] for jid, r in records.items() if seen[jid].partition == self.profiling]
         waiting = [seen[jid] for jid in records if seen[jid].pending and self.is_managed(seen[jid].partition)]
         prof_gpus = sum(n.gpus for n in snap.nodes.values() if self.profiling in n.partitions and n.usable)
-        inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus)
+        queued = {}
+        for j in waiting:
+            queued[j.partition] = queued.get(j.partition, 0) + 1
+        free = {}
+        for n in snap.nodes.values():
+            if n.usable:
+                for part in n.partitions:
+                    free[part] = max(free.get(part, 0), n.gpus - n.used)
+        inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus, queued, free)
         plan = self.decider.decide(inp)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
         recorded = self.decider.record(inp, plan)

@@ -245,5 +245,5 @@ def test_lucid_options_scale_lucidds_durations(tmp_path):
                    '[profiler]\ntprof_s = 2\nnprof_gpus = 8\ncapacity_gpus = 16\n' % tmp_path)
     o = sr.lucid_options(str(cfg), 150)
     assert o["tprof"] == 300 and o["interval_s"] == 75 and o["restart_s"] == 150
-    assert o["nprof"] == 8 and o["prof_capacity_gpus"] == 16 and o["profiling"] is True
-    assert o["starvation_s"] == 96 * 3600 * 150 and o["aging_halflife_s"] == 48 * 3600 * 150
+    assert o["nprof"] == 8 and o["prof_capacity_gpus"] == 16 and o["profiling"] is True and o["prof_gate"] == 2
+    assert o["starvation_s"] == 12 * 3600 * 150 and o["aging_halflife_s"] == 0

@@ -32,6 +32,12 @@ def decider(tmp_path):
     return LucidDecider(make_cfg(tmp_path))
 
 
+@pytest.fixture
+def aged_decider(tmp_path):
+    """Aging on (48 h half-life) and the guard at 96 h, so that the aged order is what is tested."""
+    return LucidDecider(make_cfg(tmp_path, ordering={"starvation_s": 96 * 3600, "aging_halflife_s": 48 * 3600}))
+
+
 def lj(job_id, gpus=1, partition="inbox", state="PENDING", **kw):
     return LiveJob(job_id=job_id, name=kw.pop("name", f"job{job_id}"), user=kw.pop("user", "alice"),
                    account=kw.pop("account", "lab"),
@@ -71,6 +77,22 @@ def test_least_gpus_first_within_capacity(decider):
     assert ids(plan.profile) == [2, 5, 3, 1]  # 1+1+2+4 = 8 GPUs; ties by submission order (job id)
     assert plan.release == []  # job 4 waits for room, it is not released
     assert "least-GPUs-first" in plan.profile[0][1] and "8/8" in plan.profile[-1][1]
+
+
+def test_a_job_that_would_start_at_once_skips_profiling(tmp_path):
+    """[profiler] skip_when_free: nobody waits in main and a node there has the GPUs free -> released
+    to main unprofiled; a queue in main, or no node with room, -> profiled as before."""
+    d = LucidDecider(make_cfg(tmp_path))
+    x = inp([lj(1, 2), lj(2, 4)])
+    x.queued, x.free_gpus = {}, {"main": 3}
+    plan = d.decide(x)
+    assert ids(plan.release) == [1] and ids(plan.profile) == [2]  # 4 GPUs do not fit on the 3 free
+    assert "nobody waits in main: it would start at once" in reasons(plan.release)[1]
+    x.queued = {"main": 1}  # someone waits: both are profiled
+    assert ids(d.decide(x).profile) == [1, 2]
+    off = LucidDecider(make_cfg(tmp_path, profiler={"skip_when_free": False}))
+    x.queued = {}
+    assert ids(off.decide(x).profile) == [1, 2] and off.decide(x).release == []
 
 
 def test_strict_order_nothing_bigger_jumps_ahead(decider):
@@ -287,9 +309,9 @@ def test_same_job_same_value_on_two_calls_and_later(decider):
     assert values(first) == values(again) == values(later)
 
 
-def test_aging_one_halflife_earlier_equals_half_the_size(decider):
+def test_aging_one_halflife_earlier_equals_half_the_size(aged_decider):
     h = 48 * 3600
-    plan, _, _ = decide_waiting(decider, [(1, 2, 1000.0, NOW - h - 10), (2, 1, 1000.0, NOW - 10),
+    plan, _, _ = decide_waiting(aged_decider, [(1, 2, 1000.0, NOW - h - 10), (2, 1, 1000.0, NOW - 10),
                                           (3, 1, 1000.0, NOW - h - 10)])
     v = values(plan)
     assert abs(v[1] - v[2]) <= 1
@@ -297,7 +319,7 @@ def test_aging_one_halflife_earlier_equals_half_the_size(decider):
 
 
 def test_no_aging(tmp_path):
-    d = LucidDecider(make_cfg(tmp_path, ordering={"aging_halflife_s": 0}))
+    d = LucidDecider(make_cfg(tmp_path, ordering={"aging_halflife_s": 0, "starvation_s": 96 * 3600}))
     plan, _, _ = decide_waiting(d, [(1, 1, 1024.0, NOW - 10 ** 5), (2, 1, 1024.0, NOW), (3, 1, 2048.0, NOW - 10 ** 5)])
     v = values(plan)
     assert v[1] == v[2] == 1_000_000_000 - 10_000  # 1000 x log2(1024), whenever it was submitted
@@ -311,7 +333,8 @@ def test_ranks_are_per_partition(decider):
     assert ranks == {3: 1, 1: 2, 2: 1, 4: 2}
 
 
-def test_order_equals_lucid_policy_pending_key(decider):
+def test_order_equals_lucid_policy_pending_key(aged_decider):
+    decider = aged_decider
     rng = random.Random(7)
     specs = [(i, rng.choice([1, 1, 2, 4, 8, 16]), float(int(math.exp(rng.uniform(math.log(30), math.log(3e5))))),
               NOW - rng.randint(0, 80 * 3600)) for i in range(1, 61)]
@@ -392,8 +415,8 @@ def test_record_is_json_and_carries_the_config(decider):
     text = json.dumps(recorded)
     back = json.loads(text)
     assert back["inbox"][0]["name"] == 'a "b"\nc ✓'
-    assert back["config"] == {"tprof_s": TPROF, "nprof_gpus": 8, "starvation_s": 96 * 3600,
-                              "aging_halflife_s": 48 * 3600, "points_per_doubling": 1000}
+    assert back["config"] == {"tprof_s": TPROF, "nprof_gpus": 8, "skip_when_free": True, "starvation_s": 12 * 3600,
+                              "aging_halflife_s": 0, "points_per_doubling": 1000}
     assert back["now"] == NOW and back["profiling_gpus"] == 32
 
 

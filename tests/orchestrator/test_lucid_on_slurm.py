@@ -198,13 +198,17 @@ def test_a_recorded_live_cycle_gives_the_same_decisions_in_the_simulator(tmp_pat
     records[20] = _rec(running, 900.0, profile="admitted", phase="profiling")
     for j, e in zip(waiting, (100.0, 5000.0, 300.0)):
         records[j.job_id] = _rec(j, e, target=j.partition, profile="skipped", phase="released")
-    x = DecisionInput(NOW, inbox, [running], waiting, records, 32)
+    idle = _lj(8, 1)  # its partition has nobody waiting and a node with 8 free GPUs: it would start at once
+    inbox.append(idle)
+    records[8] = _rec(idle, 600.0, target="idle")
+    x = DecisionInput(NOW, inbox, [running], waiting, records, 32, {"main": 2, "research": 1},
+                      {"main": 1, "research": 8, "idle": 8})
     plan = decider.decide(x)
     recorded = json.loads(json.dumps(decider.record(x, plan), default=str))  # as the database keeps it
 
     sim = replay_cycle(recorded)
     assert sim["profile"] == [jid for jid, _ in plan.profile] == [2, 6, 3]  # 1 + 1 + 1 + 2 = 5 of 6 GPUs
-    assert sim["release"] == sorted(jid for jid, _ in plan.release) == [4, 5, 7]
+    assert sim["release"] == sorted(jid for jid, _ in plan.release) == [4, 5, 7, 8]
     assert sim["requeue"] == [jid for jid, _ in plan.requeue] == [20]
     assert sim["site_factors"] == {str(k): v for k, (v, _, _) in plan.site_factors.items()}
     assert sim["site_factors"] == recorded["decisions"]["site_factors"]

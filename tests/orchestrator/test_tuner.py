@@ -5,6 +5,8 @@ import json
 import numpy as np
 import pytest
 
+from lucidd.live.config import config_from_dict
+
 from lucidd.cli import main
 from lucidd.experiment import make_experiment
 from lucidd.traces import load_trace, sample_trace_path, sample_vc_config_path
@@ -36,7 +38,8 @@ def test_tuner_proposes_from_replays_and_leaves_options_alone(small_experiment, 
     proposal = Tuner(exp, space=space, workers=1).run()
     assert {k: v for k, v in exp.options.items() if not k.startswith("_")} == before  # nothing changed
     assert proposal.proposed_params["starvation_s"] in (12 * HOUR, 72 * HOUR)
-    assert proposal.current_params["starvation_s"] == LucidConfig.starvation_s  # lucidd's default
+    # lucidd's default (the tuner replays `lucid`, Lucid as lucidd runs it, not lucid-standalone's engine)
+    assert proposal.current_params["starvation_s"] == config_from_dict({}).ordering.starvation_s == 12 * HOUR
     # the proposal's metrics are those of a replay the tuner actually ran
     tried = {p["params"]["starvation_s"]: p["metrics"] for p in proposal.points}
     assert proposal.proposed == tried[proposal.proposed_params["starvation_s"]]
