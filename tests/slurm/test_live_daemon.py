@@ -204,6 +204,21 @@ def test_postgres_down_opens_inbox_and_resumes(clean_cluster, tmp_path, job_scri
     daemon.stop()
 
 
+def test_a_job_that_would_start_at_once_skips_profiling(clean_cluster, tmp_path, job_script, lucidd_factory):
+    """lucidd's default ([profiler] skip_when_free): on an idle cluster a job goes straight to its
+    partition and runs once there, without the profiling restart."""
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state", profiler={"skip_when_free": True})
+    daemon = lucidd_factory(cfg).start()
+    job = sbatch(job_script, 12, "--gres=gpu:1", name="idle")
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] == job], 90, "the job to finish")
+    runs = sacct_runs([job])
+    assert [r[:2] for r in runs[job]] == [("main", "COMPLETED")], runs[job]  # 12 s > Tprof 8 s, yet no restart
+    time.sleep(2)
+    daemon.stop()
+    row = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}").job(job)
+    assert row.profile == "skipped" and "would start at once" in row.profile_reason, row
+
+
 def test_odd_names_and_comments_pass_through(clean_cluster, tmp_path, job_script, lucidd_factory):
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
     daemon = lucidd_factory(cfg).start()
