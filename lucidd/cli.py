@@ -394,7 +394,7 @@ def cmd_simulate(args) -> int:
         print()
         print(format_table(summary.to_dict("records")))
         print()
-        print(f"wrote summary.csv, jobs_<policy>.csv"
+        print("wrote summary.csv, jobs_<policy>.csv"
               + ("" if args.no_plots else ", jct_cdf.png, timeline.png")
               + (", models/" if any(p.startswith("lucid") for p in policies) else "")
               + f" and manifest.json to {args.out}/")

@@ -47,7 +47,7 @@ from lucidd.jobs import DONE, PENDING, RUNNING, Job
 from lucidd.live.config import config_from_dict
 from lucidd.policies.base import ClusterView, SchedulingView
 from lucidd.policies.slurm_backfill import SlurmBackfill
-from lucidd.simulator import SimulationError, SimulationResult, _SortedJobs, results_frame
+from lucidd.simulator import SimulationError, _SortedJobs
 
 from .live import plan_profiling, site_factor
 from .policy import LucidConfig, LucidPolicy

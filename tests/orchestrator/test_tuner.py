@@ -10,7 +10,6 @@ from lucidd.live.config import config_from_dict
 from lucidd.cli import main
 from lucidd.experiment import make_experiment
 from lucidd.traces import load_trace, sample_trace_path, sample_vc_config_path
-from orchestrator.policy import LucidConfig
 from orchestrator.tuner import HOUR, TunableParam, Tuner, format_proposal, history_window, isotonic, write_proposal
 
 
