@@ -465,19 +465,18 @@ def lucidd_estimates(config_path: str, plan: pd.DataFrame, compression: float) -
             if r.estimate_s and int(jid) in by_slurm}
 
 
-def simulate_with_estimates(window, nodes, policies, options, estimates: dict):
+def simulate_with_estimates(window, nodes, policies, options, estimates: dict, fallback_s: float):
     """simulate(), the lucid policies using these duration estimates (what the live daemon used)
-    instead of the simulator's own rolling model."""
+    instead of the simulator's own rolling model. A job lucidd never estimated (it finished inside
+    Tprof in profiling, so it was never ordered) gets `fallback_s`, lucidd's estimate for a job it
+    knows nothing about; the simulator profiles it too and it ends there, whatever the value."""
     import orchestrator.simulation as osim
 
     own = osim.duration_estimates
 
     def given(exp):
         ids = exp.trace["job_id"].astype(str)
-        missing = int((~ids.isin(list(estimates))).sum())
-        if missing:
-            raise SystemExit(f"lucidd's database lacks the estimates of {missing} job(s)")
-        return ids.map(estimates).astype(float).set_axis(exp.trace.index)
+        return ids.map(estimates).fillna(fallback_s).astype(float).set_axis(exp.trace.index)
 
     osim.duration_estimates = given
     try:
@@ -700,8 +699,11 @@ def report(out: Path, sims=None) -> int:
     if meta.get("live"):
         lucid = [p for p in policies if p.startswith("lucid")] or ["lucid"]
         est = json.loads((out / "lucidd_estimates.json").read_text())
+        from lucidd.live.config import load_config
+
+        fallback = load_config(str(out / "lucidd.toml")).ordering.default_estimate_s * C
         sims.update(simulate_with_estimates(window, int(meta["nodes"]), lucid,
-                                            {**opts, **lucid_options(str(out / "lucidd.toml"), C)}, est))
+                                            {**opts, **lucid_options(str(out / "lucidd.toml"), C)}, est, fallback))
     real = real_results(plan, data, C, since=meta.get("t0", 0) - 5 if meta.get("t0") else None)
     rows = compare(real, sims)
     w = meta["window"]

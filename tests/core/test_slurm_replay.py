@@ -247,3 +247,18 @@ def test_lucid_options_scale_lucidds_durations(tmp_path):
     assert o["tprof"] == 300 and o["interval_s"] == 75 and o["restart_s"] == 150
     assert o["nprof"] == 8 and o["prof_capacity_gpus"] == 16 and o["profiling"] is True and o["prof_gate"] == 2
     assert o["starvation_s"] == 12 * 3600 * 150 and o["aging_halflife_s"] == 0
+
+
+def test_live_comparison_takes_jobs_lucidd_never_estimated(tmp_path):
+    """A job that finished inside Tprof in profiling has no estimate in lucidd's database: the
+    simulator's lucid gets lucidd's fallback for it instead of refusing the comparison."""
+    # b holds the node, so a cannot start at once: it is profiled and ends there
+    w, _ = sr.select_window(trace([("b", "x", 8, 0, 7200), ("a", "x", 1, 30, 60), ("c", "x", 8, 60, 600)]), nodes=1)
+    cfg = tmp_path / "lucidd.toml"
+    cfg.write_text('[daemon]\ninterval_s = 1.0\nstate_dir = "%s"\nfailopen_after_s = 10.0\n'
+                   '[profiler]\ntprof_s = 3\n' % tmp_path)
+    opts = {**sr.model_options({}, 60, scaled(60)), **sr.lucid_options(str(cfg), 60)}
+    sims = sr.simulate_with_estimates(w, 1, ["lucid"], opts, {"b": 7000.0, "c": 900.0}, fallback_s=3600.0 * 60)
+    lucid = sims["lucid"].set_index("job_id")
+    assert set(lucid.index) == {"a", "b", "c"} and lucid.loc["a", "estimate_s"] == 3600.0 * 60
+    assert bool(lucid.loc["a", "profiler_finished"])  # 60 s < Tprof 180 trace s: it ends in profiling
