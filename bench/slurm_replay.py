@@ -449,7 +449,8 @@ def lucid_options(config_path: str, compression: float) -> dict:
             "prof_burst_gpus": p.burst_capacity_gpus, "prof_burst_queue": p.burst_queue,
             "profiling": bool(p.enabled), "prof_gate": 2 if p.skip_when_free else 0,
             "starvation_s": int(round(o.starvation_s * c)),
-            "aging_halflife_s": int(round(o.aging_halflife_s * c)), "points_per_doubling": o.points_per_doubling,
+            "aging_halflife_s": int(round(o.aging_halflife_s * c)),
+            "starving_halflife_s": int(round(o.starving_halflife_s * c)), "points_per_doubling": o.points_per_doubling,
             "interval_s": float(cfg.daemon.interval_s * c), "restart_s": int(round(c))}
 
 

@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     lucid.add_argument("--starvation-s", type=int,
                        help="wait after which a job jumps the queue (default: lucid 43200 = 12 h, as lucidd ships; "
                             "lucid-standalone 345600 = 96 h; >= 1)")
+    lucid.add_argument("--starving-halflife-s", type=int,
+                       help="lucid only: among starving jobs, a job's submission counts this many seconds later per "
+                            "doubling of estimate x GPUs (default 3600, as lucidd ships; 0: oldest first)")
     lucid.add_argument("--aging-halflife-s", type=int,
                        help="a waiting job's priority value (estimate x GPUs) halves every this many seconds "
                             "(default: lucid 0 = no aging, as lucidd ships; lucid-standalone 172800 = 48 h; "
@@ -233,6 +236,7 @@ def _check_args(args) -> None:
     _check_int(args, "gss", lo=0, hi=4, what=" (sharing scores are 0-2, so a pair sums to 0-4)")
     _check_int(args, "starvation_s", lo=1, what=" second(s)")
     _check_int(args, "aging_halflife_s", lo=0, what=" second(s) (0: no aging)")
+    _check_int(args, "starving_halflife_s", lo=0, hi=10 ** 7, what=" second(s) (0: oldest first)")
     _check_int(args, "workers", lo=1)
     if getattr(args, "scale_nodes", None) is not None:
         from .cluster import check_scale_factor
@@ -330,7 +334,8 @@ def _experiment_from_args(args, what: str):
                           estimates_path=getattr(args, "estimates", None), prior=prior,
                           scale_nodes=getattr(args, "scale_nodes", None))
     exp.options.update({k: getattr(args, k) for k in ("colocation", "profiles", "tprof", "cprof", "nprof", "gss",
-                                                       "starvation_s", "aging_halflife_s")})
+                                                       "starvation_s", "aging_halflife_s", "starving_halflife_s")
+                        if getattr(args, k, None) is not None or k != "starving_halflife_s"})
     exp.options["limit_rule"] = getattr(args, "limit_rule", None)  # the slurm baseline's time limits
     _check_cluster_args(args, exp)
     return loaded, exp

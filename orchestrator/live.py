@@ -29,7 +29,7 @@ from lucidd.jobs import Job
 from lucidd.live.reconcile import Decider, DecisionInput, Plan
 from profiler.lgf import LeastGPUFirst
 
-from .policy import LucidConfig, LucidPolicy
+from .policy import LucidConfig, LucidPolicy, _size
 
 log = logging.getLogger("lucidd.lucid")
 
@@ -54,7 +54,11 @@ def site_factor(policy: LucidPolicy, job: Job, now: int, points_per_doubling: in
     cfg = policy.config
     submitted = job.attrs.get("submitted", job.submit_time)
     if now - submitted > cfg.starvation_s:
-        return max(2, STARVING_BASE - (submitted - EPOCH) // 60), True
+        # Oldest first, a job's submission counted starving_halflife_s later per doubling of its
+        # estimate x GPUs: a bounded preference for small jobs (at most ~25 half-lives between the
+        # smallest and the largest), so a queue where most jobs starve is not plain FIFO.
+        late = cfg.starving_halflife_s * math.log2(_size(job)) if cfg.starving_halflife_s > 0 else 0.0
+        return max(2, STARVING_BASE - int(submitted - EPOCH + late) // 60), True
     key = policy.pending_key(job)[0]
     if cfg.aging_halflife_s and cfg.aging_halflife_s > 0:
         key -= EPOCH / cfg.aging_halflife_s  # same order, a smaller number
@@ -251,7 +255,8 @@ class LucidDecider(Decider):
         self.cfg = config
         o = config.ordering
         self.policy = LucidPolicy(replace(LucidConfig(), starvation_s=o.starvation_s,
-                                          aging_halflife_s=o.aging_halflife_s))
+                                          aging_halflife_s=o.aging_halflife_s,
+                                          starving_halflife_s=o.starving_halflife_s))
         m = config.models
         self.estimator = LiveEstimator(m.dir, o.default_estimate_s, m.refit_every_s, m.min_history_jobs,
                                        m.history_days)
@@ -296,8 +301,11 @@ class LucidDecider(Decider):
         by_part = {}
         for value, starving, j in scored:
             rank = by_part[j.vc] = by_part.get(j.vc, 0) + 1
+            hs = self.policy.config.starving_halflife_s
             why = ("starvation guard: waited "
                    f"{(now - j.attrs['submitted']) / 3600:.1f} h > {self.policy.config.starvation_s / 3600:g} h"
+                   + (f", ordered among starving jobs by submission + {hs / 3600:g} h per doubling of "
+                      f"estimate x GPUs" if hs else ", oldest first")
                    if starving else self.policy.priority_text(j, now))
             plan.site_factors[j.job_id] = (value, rank, f"rank {rank} in {j.vc}: {why} "
                                                         f"(estimate {j.estimate:,.0f} s); SiteFactor {value}")
@@ -328,6 +336,7 @@ class LucidDecider(Decider):
                            "skip_when_free": self.cfg.profiler.skip_when_free,
                            "starvation_s": self.policy.config.starvation_s,
                            "aging_halflife_s": self.policy.config.aging_halflife_s,
+                           "starving_halflife_s": self.policy.config.starving_halflife_s,
                            "points_per_doubling": self.cfg.ordering.points_per_doubling},
                 "inbox": [jd(j) for j in inp.inbox], "profiling": [jd(j) for j in inp.profiling],
                 "waiting": [jd(j) for j in decided],
@@ -367,7 +376,8 @@ def replay_recorded(recorded: dict) -> dict:
     Lucid policy's key. Returns the same shape as the recorded decisions (profile order and
     SiteFactors), so a test can compare them."""
     c = recorded["config"]
-    policy = LucidPolicy(replace(LucidConfig(), starvation_s=c["starvation_s"], aging_halflife_s=c["aging_halflife_s"]))
+    policy = LucidPolicy(replace(LucidConfig(), starvation_s=c["starvation_s"], aging_halflife_s=c["aging_halflife_s"],
+                                 starving_halflife_s=c.get("starving_halflife_s", 0)))
     now = recorded["now"]
 
     def job(d):

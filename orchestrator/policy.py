@@ -49,6 +49,10 @@ class LucidConfig:
     # queue turned nearly FIFO, at 84 h its p99.9 exceeded Tiresias'). The tuner proposes a
     # value per cluster.
     starvation_s: int = 96 * 3600
+    # Lucid on Slurm (orchestrator/live.site_factor) only: the order among starving jobs. Their
+    # submission counts this much later per doubling of estimate x GPUs (the aged key with this
+    # half-life); 0: oldest first. lucid-standalone's guard does not read it.
+    starving_halflife_s: int = 0
     guard_one: bool = True  # only the longest-waiting starving job jumps the queue
     # Backfilling around a starving job trusts estimates, which can be far too short: each
     # backfilled job that overruns pushes the reservation back, with no bound. After this long

@@ -90,7 +90,7 @@ def live_config(options: dict | None = None):
     """lucidd's own config (lucidd.live.config, same defaults and checks) for a replay.
 
     options (as `lucidctl simulate` and the tuner name them): tprof, nprof, cprof (0: no
-    profiling), profiling (False: off), starvation_s, aging_halflife_s, points_per_doubling,
+    profiling), profiling (False: off), starvation_s, aging_halflife_s, starving_halflife_s, points_per_doubling,
     interval_s, prof_capacity_gpus, prof_burst_gpus, prof_burst_queue, skip_when_free."""
     o = {k: v for k, v in (options or {}).items() if v is not None}
     prof = {}
@@ -110,7 +110,7 @@ def live_config(options: dict | None = None):
         prof["enabled"] = False
     order = {}
     for key, name in (("starvation_s", "starvation_s"), ("aging_halflife_s", "aging_halflife_s"),
-                      ("points_per_doubling", "points_per_doubling")):
+                      ("starving_halflife_s", "starving_halflife_s"), ("points_per_doubling", "points_per_doubling")):
         if key in o:
             order[name] = int(o[key])
     daemon = {}
@@ -162,7 +162,8 @@ class LucidOnSlurm:
         # 0 off, 1 nobody queued in the partition, 2 and it fits on a node now ([profiler] skip_when_free)
         self.prof_gate = (2 if live.profiler.skip_when_free else 0) if prof_gate is None else int(prof_gate)
         self.lucid = LucidPolicy(LucidConfig(starvation_s=live.ordering.starvation_s,
-                                             aging_halflife_s=live.ordering.aging_halflife_s))
+                                             aging_halflife_s=live.ordering.aging_halflife_s,
+                                             starving_halflife_s=live.ordering.starving_halflife_s))
         make_slurm = make_slurm or (lambda priority: SlurmBackfill(priority=priority))
         self.parts = {}
         for i, (name, vs) in enumerate(spec.vcs.items()):
@@ -562,6 +563,7 @@ def replay_cycle(recorded: dict, live=None) -> dict:
         live = live_config({"tprof": c["tprof_s"], "nprof": c["nprof_gpus"], "starvation_s": c["starvation_s"],
                             "aging_halflife_s": c["aging_halflife_s"],
                             "points_per_doubling": c["points_per_doubling"],
+                            "starving_halflife_s": c.get("starving_halflife_s", 0),
                             "skip_when_free": c.get("skip_when_free", False)})
     now = int(recorded["now"])
     entries = [("inbox", d) for d in recorded["inbox"]] + [("profiling", d) for d in recorded["profiling"]] + \

@@ -288,8 +288,9 @@ def test_values_stay_in_slurm_range(decider):
         assert isinstance(v, int) and SITE_FACTOR_MIN <= v <= SITE_FACTOR_MAX, (jid, v)
 
 
-def test_a_starving_job_is_above_every_normal_one(decider):
+def test_a_starving_job_is_above_every_normal_one(tmp_path):
     starve = 96 * 3600
+    decider = LucidDecider(make_cfg(tmp_path, ordering={"starvation_s": starve, "starving_halflife_s": 0}))
     specs = [(1, 64, 1e7, NOW - starve - 1),  # huge and long, but waited past the guard
              (2, 1, 1.0, NOW - starve),  # tiny, exactly at the guard: not starving yet
              (3, 1, 10.0, NOW - 5),
@@ -299,6 +300,26 @@ def test_a_starving_job_is_above_every_normal_one(decider):
     assert v[4] > v[1] > max(v[2], v[3])
     assert "starvation guard" in plan.site_factors[1][2]
     assert [jid for jid, (_, rank, _) in sorted(plan.site_factors.items(), key=lambda t: t[1][1])][:2] == [4, 1]
+
+
+def test_starving_jobs_oldest_first_with_a_bounded_preference_for_small_ones(decider, tmp_path):
+    """Past the 12 h guard, a job's submission counts 1 h later per doubling of estimate x GPUs
+    ([ordering] starving_halflife_s, default 3600)."""
+    guard = 12 * 3600
+    specs = [(1, 8, 3600.0 * 1024, NOW - guard - 5 * 3600),  # ~2^24.8 GPU-s, 5 h older: counts 24.8 h later
+             (2, 1, 1.0, NOW - guard - 60),  # 1 GPU-s: counts as submitted when it was
+             (3, 8, 3600.0 * 1024, NOW - guard - 30 * 3600),  # 30 h older than job 2: still first
+             (4, 1, 10.0, NOW - 5)]  # not starving
+    plan, _, _ = decide_waiting(decider, specs)
+    v = values(plan)
+    assert v[3] > v[2] > v[1] > v[4]
+    assert all("starvation guard" in plan.site_factors[j][2] for j in (1, 2, 3))
+    late = 3600 * math.log2(8 * 3600.0 * 1024)  # job 1 counts ~24.8 h later
+    assert abs((v[2] - v[1]) - (late - 5 * 3600 + 60) / 60) <= 1  # in minutes, as SiteFactor counts them
+    # no preference at 0: oldest first
+    oldest = LucidDecider(make_cfg(tmp_path, ordering={"starving_halflife_s": 0}))
+    v0 = values(decide_waiting(oldest, specs)[0])
+    assert v0[3] > v0[1] > v0[2] > v0[4]
 
 
 def test_same_job_same_value_on_two_calls_and_later(decider):
@@ -416,7 +437,7 @@ def test_record_is_json_and_carries_the_config(decider):
     back = json.loads(text)
     assert back["inbox"][0]["name"] == 'a "b"\nc ✓'
     assert back["config"] == {"tprof_s": TPROF, "nprof_gpus": 8, "skip_when_free": True, "starvation_s": 12 * 3600,
-                              "aging_halflife_s": 0, "points_per_doubling": 1000}
+                              "aging_halflife_s": 0, "starving_halflife_s": 3600, "points_per_doubling": 1000}
     assert back["now"] == NOW and back["profiling_gpus"] == 32
 
 
