@@ -542,6 +542,26 @@ def diagnostics(real: pd.DataFrame, plan: pd.DataFrame, compression: float) -> l
     return lines
 
 
+def start_lag(real: pd.DataFrame, sim: pd.DataFrame, compression: float) -> list:
+    """Lines on which side the slurm prediction errs: how many simulated starts are earlier than,
+    equal to (within one sacct second) or later than Slurm's, and Slurm's own start latency,
+    i.e. the real queue of the jobs the simulator starts the moment they are submitted (in real
+    seconds; sacct counts whole seconds). A one-sided shift of a second or two per start is
+    Slurm's scheduling latency at this compression, not a difference in policy."""
+    sim = sim.set_index("job_id")
+    r = real.set_index("job_id")
+    shift = (r["real_start"] - sim.loc[r.index, "start_time"]) / compression  # real seconds, + = Slurm later
+    tie = shift.abs() < 1
+    lines = [f"simulated start vs Slurm's: {int((shift >= 1).sum())} earlier, {int(tie.sum())} within one real "
+             f"second, {int((shift <= -1).sum())} later"]
+    instant = sim.loc[r.index, "queue_s"] == 0
+    if instant.any():
+        q = r.loc[instant, "real_queue_s"] / compression
+        lines.append(f"Slurm's start latency (real queue of the {int(instant.sum())} jobs the simulator starts at "
+                     f"submission): mean {q.mean():.2f} s, max {q.max():.0f} s real")
+    return lines
+
+
 def cmd_calibrate(args) -> int:
     """The replay's dead time per job: every GPU of the partition runs a chain of 1-GPU sleep jobs
     back to back; (last end - first start) / chain length - sleep is what each job costs beyond
@@ -713,6 +733,8 @@ def report(out: Path, sims=None) -> int:
             f"replay {meta['wall_s'] / 60:.1f} min")
     table = format_rows(rows)
     diag = diagnostics(real, plan, C)
+    if "slurm" in sims:
+        diag += start_lag(real, sims["slurm"], C)
     print(head)
     print(table)
     rob = meta.get("robustness")
