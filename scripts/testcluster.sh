@@ -244,8 +244,15 @@ stop() {
     runuser -u postgres -- "$bin/pg_ctl" -D "$DIR/pg" -m fast -w stop >/dev/null 2>&1 || true
   fi
   kill_pidfile "$DIR/run/munged.pid" munged
-  # Job steps of the fake nodes (sleep jobs) would otherwise outlive the cluster.
-  pkill -f "slurmstepd: \[" 2>/dev/null || true
+  # Job steps of the fake nodes (sleep jobs) would otherwise outlive the cluster. Only this
+  # copy's: a step daemon works in its slurmd's directory (under $DIR), and a copy running beside
+  # this one (LUCIDD_TC_PORT_BASE) keeps its jobs.
+  local p
+  for p in $(pgrep -f "slurmstepd: \[" 2>/dev/null || true); do
+    case "$(readlink "/proc/$p/cwd" 2>/dev/null)" in
+      "$DIR"|"$DIR"/*) kill "$p" 2>/dev/null || true ;;
+    esac
+  done
   log "stopped"
 }
 
