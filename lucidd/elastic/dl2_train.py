@@ -84,8 +84,22 @@ class TrainConfig:
     threads: int = 1
     #: "slot": every action of a slot gets the slot's reward (DL2's default); "job": an action gets the
     #: progress of the job it gave a task to, the skip action the slot's mean (DL2's
-    #: TS_REWARD_PLUS_JOB_REWARD, get_job_reward)
+    #: TS_REWARD_PLUS_JOB_REWARD, get_job_reward); "marginal": DL2's slot reward split over the slot's
+    #: actions by what each added to it: the served job's progress in the slot / its epochs at its
+    #: shape after the action minus before (the skip action 0). A slot's marginal rewards add up to
+    #: its DL2 reward less the bundle phase's part, so the objective is DL2's; what changes is the
+    #: credit: an action no longer shares one number with the few hundred others of its slot.
+    #: "marginal-remaining": the same split, each job's progress divided by the epochs it had left at
+    #: the slot's start instead of its epochs (not DL2's reward: a smooth count of the jobs the slot
+    #: completes, which is what the average JCT counts).
     reward: str = "slot"
+    #: divide the advantage by its batch's standard deviation (the marginal rewards are ~100x smaller
+    #: than the slot's and the entropy term would otherwise swamp them)
+    normalize_advantage: bool = False
+
+    def __post_init__(self):
+        if self.reward not in ("slot", "job", "marginal", "marginal-remaining"):
+            raise ConfigError(f"reward must be slot, job, marginal or marginal-remaining, not {self.reward!r}")
 
 
 class ReplayMemory:
@@ -130,6 +144,15 @@ class _Actor(ElasticPolicy):
         self.t = trainer
         self.steps = []
 
+    def _slot_progress(self, view, j, p: int, w: int) -> float:
+        """The job's share of DL2's slot reward at shape (p, w): epochs it would progress in the
+        slot (capped at what it has left) / its epochs."""
+        if p <= 0 or w <= 0:
+            return 0.0
+        rate = self.t.speeds.speed(j.model, p, w) * view.cluster.slot_s / j.epoch_size
+        left = j.num_epochs - j.progress
+        return min(rate, left) / (left if self.t.cfg.reward == "marginal-remaining" else j.num_epochs)
+
     def allocate(self, view):
         t = self.t
         plan = SlotPlanner(view, t.st)
@@ -146,12 +169,18 @@ class _Actor(ElasticPolicy):
                 a = t.explore_action(plan, m, a)
             x, present = plan.x.copy(), plan.present.copy()
             if a == len(probs) - 1:
-                self.steps.append((x, present, m, a, None))
+                self.steps.append((x, present, m, a, None, 0.0))
                 break
-            jid = plan.window[a // 3].job_id
+            j = plan.window[a // 3]
+            jid = j.job_id
+            before = (len(plan.ps[jid]), len(plan.w[jid]))
             if not plan.apply(a):
                 break  # as in DL2: a task that does not fit ends the slot and is not a sample
-            self.steps.append((x, present, m, a, jid))
+            gain = None
+            if t.cfg.reward.startswith("marginal"):
+                gain = (self._slot_progress(view, j, len(plan.ps[jid]), len(plan.w[jid]))
+                        - self._slot_progress(view, j, *before))
+            self.steps.append((x, present, m, a, jid, gain))
         return plan.allocations()
 
 
@@ -276,8 +305,10 @@ class Trainer:
             progressed = run.apply(alloc)
             per_job = {j: g / specs[j].num_epochs for j, g in progressed.items()}
             r = float(sum(per_job.values()))
-            for x, present, m, a, jid in actor.steps:
-                if self.cfg.reward == "job":
+            for x, present, m, a, jid, gain in actor.steps:
+                if self.cfg.reward.startswith("marginal"):
+                    rr = gain
+                elif self.cfg.reward == "job":
                     rr = per_job.get(jid, 0.0) if jid is not None else (r / len(per_job) if per_job else 0.0)
                 else:
                     rr = r
@@ -303,7 +334,8 @@ class Trainer:
         self.opt_v.zero_grad()
         v_loss.backward()
         self.opt_v.step()
-        adv = (r - v.detach())
+        td = (r - v.detach())
+        adv = td / (td.std() + 1e-8) if self.cfg.normalize_advantage else td
         logits, _ = self.policy(x, pr)
         logits = logits.masked_fill(~m, -1e9)
         logp = torch.log_softmax(logits, 1)
@@ -314,7 +346,7 @@ class Trainer:
         self.opt_pi.zero_grad()
         pi_loss.backward()
         self.opt_pi.step()
-        self.memory.update(idx, adv.numpy())
+        self.memory.update(idx, td.numpy())
         self.rl_steps += 1
         self.policy_params = self.policy.numpy_params()
         if self.rl_steps % 50 == 0:
@@ -343,6 +375,10 @@ class Trainer:
         self.opt_sl.load_state_dict(ck["opt_sl"])
         self.opt_pi.load_state_dict(ck["opt_pi"])
         self.opt_v.load_state_dict(ck["opt_v"])
+        # an optimizer's state carries its learning rate: the one configured now is the one meant
+        for opt, lr in ((self.opt_sl, self.cfg.sl_lr), (self.opt_pi, self.cfg.rl_lr), (self.opt_v, self.cfg.rl_lr)):
+            for group in opt.param_groups:
+                group["lr"] = lr
         self.sl_steps, self.rl_steps, self.episodes = ck["counters"]
         self.log = list(ck["log"])
         self.policy_params = self.policy.numpy_params()

@@ -92,6 +92,40 @@ def test_smoke_training_loss_falls_and_checkpoint_round_trips(tmp_path):
     assert (tr2.sl_steps, tr2.rl_steps, tr2.episodes) == (tr.sl_steps, tr.rl_steps, tr.episodes)
     for k, v in tr.policy.numpy_params().items():
         assert np.array_equal(v, tr2.policy.numpy_params()[k])
+    # resuming with another learning rate uses it (an optimizer's saved state carries the old one)
+    from dataclasses import replace
+
+    tr3 = Trainer(ToySpeeds(), CLUSTER, replace(cfg, rl_lr=5e-4))
+    tr3.load_checkpoint(ck)
+    assert [g["lr"] for g in tr3.opt_pi.param_groups] == [5e-4]
     tr2.export(tmp_path / "p.npz")
     params, st, _ = read_policy(tmp_path / "p.npz")
     assert simulate_elastic(toy_trace(3), DL2Policy(params, st), CLUSTER, ToySpeeds()).finished
+
+
+def test_marginal_rewards_of_a_slot_add_up_to_its_dl2_reward():
+    """reward="marginal" splits DL2's slot reward over the slot's actions: with the bundle phase's
+    part, the actions' rewards add up to the sum over jobs of progress / epochs."""
+    pytest.importorskip("torch", reason="training needs the rl extra (pip install 'lucidd[rl]')")
+    from lucidd.elastic.dl2_train import Trainer, TrainConfig, _Actor
+
+    with pytest.raises(ConfigError, match="reward must be"):
+        TrainConfig(reward="nope")
+    cfg = TrainConfig(window=6, hidden=16, num_types=3, batch=32, memory=512, seed=2, reward="marginal")
+    tr = Trainer(ToySpeeds(), CLUSTER, cfg)
+    run = ElasticRun(toy_trace(4), DRF(), CLUSTER, ToySpeeds())
+    specs = {s.job_id: s for s in run.specs}
+    checked = 0
+    while not run.finished and run.slot < 40:
+        view = run.view()
+        actor = _Actor(tr)
+        alloc = actor.allocate(view)
+        base = SlotPlanner(view, tr.st)  # the bundle phase alone
+        by_id = {j.job_id: j for j in view.jobs}
+        bundle_part = sum(actor._slot_progress(view, by_id[jid], len(base.ps[jid]), len(base.w[jid])) for jid in base.ps)
+        gains = sum(g for *_, g in actor.steps)
+        progressed = run.apply(alloc)
+        slot_reward = sum(g / specs[j].num_epochs for j, g in progressed.items())
+        assert gains + bundle_part == pytest.approx(slot_reward, rel=1e-6, abs=1e-9)
+        checked += len(actor.steps) > 1
+    assert checked >= 3
