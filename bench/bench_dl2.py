@@ -7,7 +7,11 @@ Training traces: drawn from seed 1 (never the validation seed). The trained poli
   lucidctl simulate --workload dl2 --policies drf,optimus-oracle,dl2 --dl2-model dl2-policy.npz
 and a torch checkpoint beside it (.pt) that `--resume` continues from.
 
-Run: .venv/bin/python bench/bench_dl2.py [--minutes 25] [--out dl2-policy.npz]
+Run: .venv/bin/python bench/bench_dl2.py [--minutes 25] [--out dl2-policy.npz] [--reward marginal]
+
+The default reward is "marginal-remaining" (each action gets the progress it added to its job in
+the slot / the epochs the job had left); `--reward marginal` trains on DL2's own reward (progress /
+the job's epochs) split the same way, `--reward slot` as DL2's code does (docs/elastic.md).
 """
 
 import argparse
@@ -34,11 +38,13 @@ def main():
     ap.add_argument("--select-traces", type=int, default=5,
                     help="traces of seed 2 on which the policy kept is chosen (0: choose on the validation traces)")
     ap.add_argument("--eval-every", type=int, default=40, help="RL episodes between validations")
-    ap.add_argument("--rl-lr", type=float, default=TrainConfig.rl_lr)
+    ap.add_argument("--rl-lr", type=float, default=3e-4)
     ap.add_argument("--explore", type=float, default=TrainConfig.explore)
-    ap.add_argument("--reward", choices=["slot", "job", "marginal", "marginal-remaining"], default="slot",
-                    help="how DL2's slot reward reaches each action (dl2_train.TrainConfig)")
-    ap.add_argument("--normalize-advantage", action="store_true", help="advantage / its batch's std")
+    ap.add_argument("--reward", choices=["slot", "job", "marginal", "marginal-remaining"], default="marginal-remaining",
+                    help="the reward and how it reaches each action (dl2_train.TrainConfig; 'marginal' is DL2's "
+                         "reward, 'slot' and 'job' also DL2's credit)")
+    ap.add_argument("--raw-advantage", action="store_true",
+                    help="do not divide the advantage by its batch's std (the default for the marginal rewards)")
     ap.add_argument("--entropy-weight", type=float, default=TrainConfig.entropy_weight)
     ap.add_argument("--out", default="dl2-policy.npz")
     ap.add_argument("--resume", help="a .pt checkpoint to continue from (skips the SL phase)")
@@ -53,12 +59,14 @@ def main():
     select = make_elastic_experiment(seed=2, n_traces=args.select_traces) if args.select_traces else None
     drf = np.mean([val.run("drf", i).avg_jct_slots() for i in range(args.val_traces)])
     oracle = np.mean([val.run("optimus-oracle", i).avg_jct_slots() for i in range(args.val_traces)])
+    print(f"reward {args.reward}, RL learning rate {args.rl_lr:g}, entropy weight {args.entropy_weight:g}")
     print(f"validation ({args.val_traces} traces, seed 9973, {val.cluster.nodes} nodes): DRF {drf:.3f} slots, "
           f"Optimus-oracle {oracle:.3f} slots", flush=True)
     cpu_baselines = time.process_time() - t_start
 
     tr = Trainer(val.speeds, val.cluster, TrainConfig(rl_lr=args.rl_lr, explore=args.explore, reward=args.reward,
-                                                    normalize_advantage=args.normalize_advantage,
+                                                    normalize_advantage=(args.reward.startswith("marginal")
+                                                                         and not args.raw_advantage),
                                                     entropy_weight=args.entropy_weight))
     t_train = time.process_time()
     curve = []

@@ -103,15 +103,18 @@ def test_smoke_training_loss_falls_and_checkpoint_round_trips(tmp_path):
     assert simulate_elastic(toy_trace(3), DL2Policy(params, st), CLUSTER, ToySpeeds()).finished
 
 
-def test_marginal_rewards_of_a_slot_add_up_to_its_dl2_reward():
+@pytest.mark.parametrize("reward", ["marginal", "marginal-remaining"])
+def test_marginal_rewards_of_a_slot_add_up_to_its_dl2_reward(reward):
     """reward="marginal" splits DL2's slot reward over the slot's actions: with the bundle phase's
-    part, the actions' rewards add up to the sum over jobs of progress / epochs."""
+    part, the actions' rewards add up to the sum over jobs of progress / epochs. With
+    "marginal-remaining" the divisor is the epochs the job had left at the slot's start, so a job's
+    part is at most 1 and is 1 exactly when the slot completes it."""
     pytest.importorskip("torch", reason="training needs the rl extra (pip install 'lucidd[rl]')")
     from lucidd.elastic.dl2_train import Trainer, TrainConfig, _Actor
 
     with pytest.raises(ConfigError, match="reward must be"):
         TrainConfig(reward="nope")
-    cfg = TrainConfig(window=6, hidden=16, num_types=3, batch=32, memory=512, seed=2, reward="marginal")
+    cfg = TrainConfig(window=6, hidden=16, num_types=3, batch=32, memory=512, seed=2, reward=reward)
     tr = Trainer(ToySpeeds(), CLUSTER, cfg)
     run = ElasticRun(toy_trace(4), DRF(), CLUSTER, ToySpeeds())
     specs = {s.job_id: s for s in run.specs}
@@ -124,8 +127,11 @@ def test_marginal_rewards_of_a_slot_add_up_to_its_dl2_reward():
         by_id = {j.job_id: j for j in view.jobs}
         bundle_part = sum(actor._slot_progress(view, by_id[jid], len(base.ps[jid]), len(base.w[jid])) for jid in base.ps)
         gains = sum(g for *_, g in actor.steps)
+        left = {j.job_id: j.num_epochs - j.progress for j in view.jobs}
+        divisor = (lambda jid: left[jid]) if reward == "marginal-remaining" else (lambda jid: specs[jid].num_epochs)
         progressed = run.apply(alloc)
-        slot_reward = sum(g / specs[j].num_epochs for j, g in progressed.items())
+        assert all(g / divisor(j) <= 1 + 1e-9 for j, g in progressed.items())
+        slot_reward = sum(g / divisor(j) for j, g in progressed.items())
         assert gains + bundle_part == pytest.approx(slot_reward, rel=1e-6, abs=1e-9)
         checked += len(actor.steps) > 1
     assert checked >= 3
