@@ -141,6 +141,16 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
         r = records.get(j.job_id)
         if r is None or r.profile in ("requeued", "released"):
             continue  # waiting to leave: holds no GPU
+        if r.profile == "admitted" and j.pending and getattr(r, "profile_start", None) is None:
+            # Admitted, but no node has had its GPUs free since: past 2 x Tprof from first sight it
+            # goes to its partition unprofiled, as an inbox job would (measured: an 8-GPU job sat
+            # 17 h in profiling on an 8-node cluster, holding profiling room, while its partition
+            # would have started it by its priority).
+            waited = now - (r.first_seen or now)
+            if waited > 2 * tprof:
+                plan.release.append((j.job_id, f"not profiled: waited {waited} s, admitted to profiling but "
+                                               "no node there had its GPUs free (> 2 x Tprof)"))
+                continue
         used += j.gpus  # abandoned jobs still run in profiling and hold their GPUs
         if r.profile == "abandoned" or j.state != "RUNNING" or not j.start_time:
             continue
@@ -281,7 +291,8 @@ class LucidDecider(Decider):
         if self.cfg.ordering.enabled:
             released = {jid for jid, _ in plan.release}
             waiting = [live_job(j, inp.records.get(j.job_id)) for j in inp.waiting]
-            waiting += [live_job(j, inp.records.get(j.job_id)) for j in inp.inbox if j.job_id in released]
+            waiting += [live_job(j, inp.records.get(j.job_id)) for j in inp.inbox + inp.profiling
+                        if j.job_id in released]
             self._order(waiting, now, plan)
         return plan
 

@@ -130,6 +130,7 @@ class SlurmModeStats:
     inbox_wait_s: float = 0.0  # summed over all jobs: submit -> seen by lucidd
     profiling_wait_s: float = 0.0  # summed over admitted jobs: admitted -> started in profiling
     max_profiling_wait_s: int = 0
+    withdrawn_from_profiling: int = 0  # admitted, no free GPUs there for 2 x Tprof: went unprofiled
     cycles: int = 0
     rekeys: int = 0
 
@@ -401,17 +402,31 @@ class LucidOnSlurm:
             self.stats.profiled += 1
         if plan.profile:
             self.prof_pending.sort()
+        withdrawn = False
         for seq, reason in plan.release:
-            lj = self.inbox.pop(seq)
+            job = self.by_seq[seq]
+            if seq in self.inbox:
+                lj = self.inbox.pop(seq)
+            else:  # admitted, never started in profiling: withdrawn to its partition
+                lj = self.prof.pop(seq)
+                withdrawn = True
+                job.attrs["profiled"] = False
+                self.stats.withdrawn_from_profiling += 1
             lj.partition = recs[seq].target_partition
             recs[seq].profile = "skipped"
-            job = self.by_seq[seq]
             job.attrs["profile_reason"] = reason
             if "for profiling room" in reason:
                 self.stats.released_after_wait += 1
             self._set_site_factor(job, now)
             job.attrs["_in_part"] = True
             self._enqueue(job, t)
+        if withdrawn:
+            gone = {seq for seq, _ in plan.release}
+            self.prof_pending = [seq for seq in self.prof_pending if seq not in gone]
+        # admitted jobs not yet started: look again when their wait passes 2 x Tprof
+        for seq in self.prof_pending:
+            self._want_cycle(max(self._cycle_after(t),
+                                 self._cycle_after(recs[seq].first_seen - self.off + 2 * self.p.tprof_s)))
         # jobs still waiting for profiling room: look again when their wait passes 2 x Tprof
         for seq in self.inbox:
             self._want_cycle(self._cycle_after(recs[seq].first_seen - self.off + 2 * self.p.tprof_s))

@@ -396,11 +396,15 @@ class Reconciler:
                 seen[jid].restart_count
             changed[jid] = r
             n += 1
-        # inbox -> partition (no profiling), one call per partition
+        # inbox -> partition (no profiling), one call per partition; also jobs admitted to profiling
+        # that never started there (the decider withdraws them after 2 x Tprof)
         by_target, reasons = {}, {}
         for jid, reason in plan.release:
             j, r = seen.get(jid), records.get(jid)
-            if j is None or r is None or (j.partition != self.inbox and not self.dry_run) or not j.pending:
+            if j is None or r is None or not j.pending:
+                continue
+            from_profiling = j.partition == self.profiling and r.profile == "admitted" and r.profile_start is None
+            if j.partition != self.inbox and not from_profiling and not self.dry_run:
                 continue
             by_target.setdefault(r.target_partition, []).append(
                 (f"release:{jid}:direct", jid, "release", {"partition": r.target_partition}, reason))

@@ -252,8 +252,9 @@ def test_lucid_options_scale_lucidds_durations(tmp_path):
 def test_live_comparison_takes_jobs_lucidd_never_estimated(tmp_path):
     """A job that finished inside Tprof in profiling has no estimate in lucidd's database: the
     simulator's lucid gets lucidd's fallback for it instead of refusing the comparison."""
-    # b holds the node, so a cannot start at once: it is profiled and ends there
-    w, _ = sr.select_window(trace([("b", "x", 8, 0, 7200), ("a", "x", 1, 30, 60), ("c", "x", 8, 60, 600)]), nodes=1)
+    # b holds the node, so a cannot start at once: it is profiled (b ends before a's 2 x Tprof,
+    # which would send it to its partition unprofiled) and ends there
+    w, _ = sr.select_window(trace([("b", "x", 8, 0, 200), ("a", "x", 1, 30, 60), ("c", "x", 8, 60, 600)]), nodes=1)
     cfg = tmp_path / "lucidd.toml"
     cfg.write_text('[daemon]\ninterval_s = 1.0\nstate_dir = "%s"\nfailopen_after_s = 10.0\n'
                    '[profiler]\ntprof_s = 3\n' % tmp_path)

@@ -241,6 +241,27 @@ def test_abandoned_jobs_still_hold_profiling_capacity(decider):
     assert plan.profile == []  # 8 of 8 profiling GPUs are held by the abandoned job
 
 
+def test_admitted_jobs_that_never_start_in_profiling_go_to_their_partition_after_2_tprof(decider):
+    """An admitted job pending in profiling (no node there has its GPUs free) is withdrawn once it
+    waited more than 2 x Tprof since lucidd first saw it, as an inbox job would be; it stops holding
+    profiling room and is ordered in its partition in the same cycle."""
+    old = lj(1, 8, partition="profiling")
+    young = lj(2, 1, partition="profiling")
+    started = lj(3, 1, partition="profiling")  # ran once (a requeue not yet seen): not this rule's
+    records = {1: rec(old, first_seen=NOW - 2 * TPROF - 1, profile="admitted", phase="profiling"),
+               2: rec(young, first_seen=NOW - 2 * TPROF, profile="admitted", phase="profiling"),
+               3: rec(started, first_seen=NOW - 10 * TPROF, profile="admitted", phase="profiling")}
+    records[3].profile_start = NOW - 9 * TPROF
+    new = lj(4, 6)
+    plan = decider.decide(inp([new], profiling=[old, young, started], records=records, profiling_gpus=16))
+    assert ids(plan.release) == [1]
+    assert "admitted to profiling" in reasons(plan.release)[1] and "2 x Tprof" in reasons(plan.release)[1]
+    assert 1 in plan.site_factors
+    # capacity max(Nprof 8, 3 % of 16): 1 + 1 held, the withdrawn job's 8 freed for the new 6
+    assert ids(plan.profile) == [4]
+    assert plan.requeue == [] and plan.abandon == []
+
+
 # ----- SiteFactor: Lucid's order ----------------------------------------------------------------
 
 def waiting_job(job_id, gpus, estimate, submitted=NOW - 600, partition="main"):

@@ -121,14 +121,19 @@ def test_profiling_capacity_least_gpus_first_and_the_2x_tprof_rule():
     assert r.loc["two", "profiler_start"] == 320
     # ... and an admitted job that cannot start (the cluster is full) holds the room: the next job waits
     # past 2 x Tprof (first seen at 20, released at 430, the first cycle with a wait > 400 s) and goes to
-    # its partition unprofiled. When the cluster frees at 5010 the profiling job starts first.
+    # its partition unprofiled. The admitted job, pending in profiling as long, is withdrawn to its
+    # partition in the same cycle (it would otherwise wait there until 5010, holding the room); both
+    # start in their partition when the cluster frees.
     rows = [("fill", 8, 1, 5000, 5000), ("hog", 2, 11, 5000, 100), ("two", 2, 12, 5000, 100)]
     r, stats = replay(rows, nodes=1, prof_capacity_gpus=2, nprof=2)
-    assert not r.loc["fill", "profiled"] and r.loc["hog", "profiled"] and not r.loc["two", "profiled"]
+    assert not r.loc["fill", "profiled"] and not r.loc["hog", "profiled"] and not r.loc["two", "profiled"]
     assert r.loc["two", "profile_reason"] == "not profiled: waited 410 s for profiling room (> 2 x Tprof)"
-    assert stats.released_after_wait == 1
-    assert r.loc["hog", "profiler_start"] == 5010 and r.loc["two", "main_start"] == 5010
-    assert stats.max_profiling_wait_s == 5010 - 20
+    assert r.loc["hog", "profile_reason"] == ("not profiled: waited 410 s, admitted to profiling but no node "
+                                              "there had its GPUs free (> 2 x Tprof)")
+    assert stats.released_after_wait == 1 and stats.withdrawn_from_profiling == 1 and stats.profiled == 1
+    assert r.loc["hog", "profiler_start"] is None and r.loc["hog", "main_start"] == 5010
+    assert r.loc["two", "main_start"] == 5010
+    assert stats.max_profiling_wait_s == 0  # nothing started in profiling
 
 
 def test_profiling_runs_anywhere_and_first():

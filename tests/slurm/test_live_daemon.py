@@ -219,6 +219,30 @@ def test_a_job_that_would_start_at_once_skips_profiling(clean_cluster, tmp_path,
     assert row.profile == "skipped" and "would start at once" in row.profile_reason, row
 
 
+def test_a_job_admitted_to_profiling_that_cannot_start_there_goes_to_its_partition(clean_cluster, tmp_path, job_script,
+                                                                                  lucidd_factory):
+    """Every GPU is held by unprofiled jobs, so a job admitted to profiling waits there; past 2 x
+    Tprof lucidd moves it to its partition unprofiled, where it runs once (no profiling restart)."""
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
+    daemon = lucidd_factory(cfg).start()
+    nodes = [f"gpu{i}" for i in range(1, 5)]  # the test cluster's 4 nodes x 8 GPUs (scripts/testcluster.sh)
+    blockers = [sbatch(job_script, 30, "-w", n, "--exclusive", "--gres=gpu:8", "--comment", "lucid:noprofile",
+                       name=f"block-{n}") for n in nodes]
+    wait_until(lambda: sum(j["job_id"] in blockers and j["job_state"] == "RUNNING" for j in squeue()) == len(blockers),
+               60, "the blockers to hold every GPU")
+    job = sbatch(job_script, 4, "--gres=gpu:1", name="waits")
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+    wait_until(lambda: (r := store.job(job)) is not None and r.profile == "admitted", 30, "the job's admission")
+    wait_until(lambda: store.job(job).profile == "skipped", 40, "lucidd to withdraw it from profiling")
+    assert any(j["job_id"] == job and j["job_state"] == "PENDING" for j in squeue())  # blockers still run
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] in [job, *blockers]], 120, "all jobs to finish")
+    runs = sacct_runs([job])
+    daemon.stop()
+    assert [r[:2] for r in runs[job]] == [("main", "COMPLETED")], runs[job]
+    row = store.job(job)
+    assert "admitted to profiling" in row.profile_reason and row.profile_start is None, row
+
+
 def test_odd_names_and_comments_pass_through(clean_cluster, tmp_path, job_script, lucidd_factory):
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
     daemon = lucidd_factory(cfg).start()
