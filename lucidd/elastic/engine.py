@@ -174,13 +174,17 @@ class ElasticRun:
     loss_noise: float = 0.05  # relative s.d. of the per-epoch loss a policy sees
     max_slots: int = 1000  # DL2's MAX_TS_LEN
     #: configurations of the short pre-run each job gets at arrival (Optimus profiles a new job on a
-    #: few (PS, workers) pairs for some steps; the cost is not charged, as the Optimus paper finds it small)
-    profile_configs: tuple = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 4), (4, 1), (2, 4), (4, 2), (4, 4))
+    #: few (PS, workers) pairs for some steps; the cost is not charged, as the Optimus paper finds it
+    #: small). None: `profile_grid(cluster.max_tasks)`, 9 shapes spread over the range a policy may
+    #: allocate (a pre-run on small shapes only left the fit to extrapolate: docs/elastic.md)
+    profile_configs: tuple | None = None
     rigid_shapes: dict | None = None  # job id -> (ps, workers), for Job.gpu_num / duration columns
     series: list = field(default_factory=list)
     slot: int = 0
 
     def __post_init__(self):
+        if self.profile_configs is None:
+            self.profile_configs = profile_grid(self.cluster.max_tasks)
         specs = sorted(self.specs, key=lambda s: (s.arrival_slot, s.job_id))
         if len({s.job_id for s in specs}) != len(specs):
             raise ElasticError("job ids must be unique within a trace")
@@ -356,6 +360,17 @@ class ElasticRun:
         series = pd.DataFrame(self.series, columns=["time", "busy_gpus", "queued_jobs"])
         return SimulationResult(name or self.policy.name, frame, series, self.cluster.total_gpus,
                                 extra={"avg_jct_slots": self.avg_jct_slots()})
+
+
+def profile_grid(max_tasks: int) -> tuple:
+    """Optimus' pre-run shapes: PS and workers each at 1, ~1/4 and ~5/8 of the most tasks a job may
+    have (1, 4, 10 for DL2's 16), all 9 pairs. Chosen among nine grids on the seed-2 traces (never
+    the benchmark's), by the online speed fit's worst per-type error (docs/elastic.md)."""
+    levels = {1, max(1, round(max_tasks / 4)), max(1, round(max_tasks * 10 / 16))}
+    if len(levels) < 3:
+        levels.add(max(1, max_tasks))  # tiny clusters: at least two levels where there is room
+    levels = sorted(levels)
+    return tuple((p, w) for p in levels for w in levels)
 
 
 def simulate_elastic(specs: list, policy: ElasticPolicy, cluster: ElasticCluster, speeds: SpeedTable, **kw) -> ElasticRun:

@@ -70,3 +70,12 @@ def test_optimus_online_runs_a_trace_from_its_own_observations():
     assert any(i["predicted"] for i in info)
     view = ElasticRun(jobs, OptimusOnline(), cl, speeds).view()
     assert view.jobs[0].loss_epochs is not None and len(view.jobs[0].profile) > 0
+
+
+def test_pre_run_grid_spans_the_shapes_a_job_may_get():
+    from lucidd.elastic.engine import profile_grid
+
+    assert profile_grid(16) == tuple((p, w) for p in (1, 4, 10) for w in (1, 4, 10))
+    assert profile_grid(4) == tuple((p, w) for p in (1, 2, 4) for w in (1, 2, 4))
+    assert profile_grid(2) == ((1, 1), (1, 2), (2, 1), (2, 2))
+    assert profile_grid(1) == ((1, 1),)
