@@ -71,7 +71,7 @@ def site_factor(policy: LucidPolicy, job: Job, now: int, points_per_doubling: in
 #
 # `p` is lucidd's [profiler] config section (orchestrator.slurm_mode builds the same section for a
 # replay); jobs are `LiveJob`s (or objects with the same fields) and records `JobRow`s (or objects
-# with first_seen, profile, requested_partition, original_submit, target_partition, estimate_s).
+# with first_seen, profile, requested_partition, original_submit, target_partition, estimate_s, profile_start).
 
 def profiling_capacity(p, profiling_gpus: int, queue_len: int) -> int:
     """GPUs the profiling jobs may hold at once: `capacity_gpus`, or automatically the larger of
@@ -141,7 +141,7 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
         r = records.get(j.job_id)
         if r is None or r.profile in ("requeued", "released"):
             continue  # waiting to leave: holds no GPU
-        if r.profile == "admitted" and j.pending and getattr(r, "profile_start", None) is None:
+        if r.profile == "admitted" and j.pending and r.profile_start is None:
             # Admitted, but no node has had its GPUs free since: past 2 x Tprof from first sight it
             # goes to its partition unprofiled, as an inbox job would (measured: an 8-GPU job sat
             # 17 h in profiling on an 8-node cluster, holding profiling room, while its partition
@@ -332,6 +332,7 @@ class LucidDecider(Decider):
                     "original_submit": None if r is None else r.original_submit,
                     "target_partition": None if r is None else r.target_partition,
                     "first_seen": None if r is None else r.first_seen,
+                    "profile_start": None if r is None else r.profile_start,
                     "estimate_s": plan.estimates.get(j.job_id, (None if r is None else r.estimate_s,))[0],
                     "profile": None if r is None else r.profile}
         # Waiting jobs whose SiteFactor is unchanged are left out: a value is a pure function of
@@ -401,7 +402,7 @@ def replay_recorded(recorded: dict) -> dict:
 
     factors = {}
     released = set(recorded["decisions"]["release"])
-    for d in recorded["waiting"] + [d for d in recorded["inbox"] if d["job_id"] in released]:
+    for d in recorded["waiting"] + [d for d in recorded["inbox"] + recorded["profiling"] if d["job_id"] in released]:
         factors[str(d["job_id"])] = site_factor(policy, job(d), now, c["points_per_doubling"])[0]
     profiled = set(recorded["decisions"]["profile"])
     order = sorted((job(d) for d in recorded["inbox"] if d["job_id"] in profiled), key=LeastGPUFirst.pending_key)

@@ -59,7 +59,7 @@ class _Rec:
     """What lucidd records about a job (the fields `plan_profiling` reads, as on JobRow)."""
 
     __slots__ = ("first_seen", "original_submit", "requested_partition", "target_partition", "estimate_s",
-                 "profile", "requeued_at")
+                 "profile", "requeued_at", "profile_start")
 
     def __init__(self, first_seen, original_submit, partition, estimate):
         self.first_seen = first_seen
@@ -69,6 +69,7 @@ class _Rec:
         self.estimate_s = estimate
         self.profile = "pending"
         self.requeued_at = None
+        self.profile_start = None  # the replay withdraws only jobs that never started in profiling
 
 
 class _Partition:
@@ -402,14 +403,12 @@ class LucidOnSlurm:
             self.stats.profiled += 1
         if plan.profile:
             self.prof_pending.sort()
-        withdrawn = False
         for seq, reason in plan.release:
             job = self.by_seq[seq]
             if seq in self.inbox:
                 lj = self.inbox.pop(seq)
             else:  # admitted, never started in profiling: withdrawn to its partition
                 lj = self.prof.pop(seq)
-                withdrawn = True
                 job.attrs["profiled"] = False
                 self.stats.withdrawn_from_profiling += 1
             lj.partition = recs[seq].target_partition
@@ -420,15 +419,10 @@ class LucidOnSlurm:
             self._set_site_factor(job, now)
             job.attrs["_in_part"] = True
             self._enqueue(job, t)
-        if withdrawn:
-            gone = {seq for seq, _ in plan.release}
-            self.prof_pending = [seq for seq in self.prof_pending if seq not in gone]
-        # admitted jobs not yet started: look again when their wait passes 2 x Tprof
-        for seq in self.prof_pending:
-            self._want_cycle(max(self._cycle_after(t),
-                                 self._cycle_after(recs[seq].first_seen - self.off + 2 * self.p.tprof_s)))
-        # jobs still waiting for profiling room: look again when their wait passes 2 x Tprof
-        for seq in self.inbox:
+        self.prof_pending = [seq for seq in self.prof_pending if seq in self.prof]  # less the withdrawn
+        # jobs still waiting for profiling room, or admitted and not yet started there: look again when
+        # their wait passes 2 x Tprof (any older one left this cycle)
+        for seq in (*self.prof_pending, *self.inbox):
             self._want_cycle(self._cycle_after(recs[seq].first_seen - self.off + 2 * self.p.tprof_s))
 
     # ----- the loop ------------------------------------------------------------------------
@@ -571,8 +565,8 @@ def replay_cycle(recorded: dict, live=None) -> dict:
     `live`: the daemon's config (its [profiler] capacity and exemptions are not in the record);
     without it, lucidd's defaults with the recorded Tprof, Nprof and ordering values. Returns the
     profiling decisions (profile in admission order, release and requeue sorted) and the
-    SiteFactor of every recorded waiting job and every inbox job released this cycle, keyed by
-    job id as text: the same shape as the record's decisions."""
+    SiteFactor of every recorded waiting job and every job released this cycle (from the inbox, or
+    withdrawn from profiling), keyed by job id as text: the same shape as the record's decisions."""
     c = recorded["config"]
     if live is None:
         live = live_config({"tprof": c["tprof_s"], "nprof": c["nprof_gpus"], "starvation_s": c["starvation_s"],
@@ -610,6 +604,7 @@ def replay_cycle(recorded: dict, live=None) -> dict:
         r = sim.recs[seq]
         r.first_seen = d.get("first_seen") if d.get("first_seen") is not None else now
         r.profile = d.get("profile") or "pending"
+        r.profile_start = d.get("profile_start")
         if kind == "inbox":
             sim.inbox[seq] = lj
         elif kind == "profiling":
@@ -618,7 +613,7 @@ def replay_cycle(recorded: dict, live=None) -> dict:
     released = {jid for jid, _ in plan.release}
     factors = {}
     for kind, d in entries:
-        if kind == "waiting" or (kind == "inbox" and int(d["job_id"]) in released):
+        if kind == "waiting" or int(d["job_id"]) in released:
             factors[str(d["job_id"])] = sim.site_factor_of(sim.by_seq[int(d["job_id"])], now)[0]
     return {"profile": [jid for jid, _ in plan.profile], "release": sorted(released),
             "requeue": sorted(jid for jid, _ in plan.requeue), "site_factors": factors}

@@ -206,14 +206,21 @@ def test_a_recorded_live_cycle_gives_the_same_decisions_in_the_simulator(tmp_pat
     idle = _lj(8, 1)  # its partition has nobody waiting and a node with 8 free GPUs: it would start at once
     inbox.append(idle)
     records[8] = _rec(idle, 600.0, target="idle")
-    x = DecisionInput(NOW, inbox, [running], waiting, records, 32, {"main": 2, "research": 1},
+    # admitted, pending in profiling past 2 x Tprof: withdrawn (30); the same, but it ran there once
+    # (its requeue not yet seen): kept (31)
+    stuck, ran = _lj(30, 1, partition="profiling"), _lj(31, 1, partition="profiling")
+    records[30] = _rec(stuck, 600.0, first_seen=NOW - 2 * 200 - 1, profile="admitted", phase="profiling")
+    records[31] = _rec(ran, 600.0, first_seen=NOW - 2 * 200 - 1, profile="admitted", phase="profiling")
+    records[31].profile_start = NOW - 300
+    x = DecisionInput(NOW, inbox, [running, stuck, ran], waiting, records, 32, {"main": 2, "research": 1},
                       {"main": 1, "research": 8, "idle": 8})
     plan = decider.decide(x)
     recorded = json.loads(json.dumps(decider.record(x, plan), default=str))  # as the database keeps it
 
     sim = replay_cycle(recorded)
-    assert sim["profile"] == [jid for jid, _ in plan.profile] == [2, 6, 3]  # 1 + 1 + 1 + 2 = 5 of 6 GPUs
-    assert sim["release"] == sorted(jid for jid, _ in plan.release) == [4, 5, 7, 8]
+    # 1 (31, still holding its GPU) + 1 + 1 + 1 + 2 = 6 of 6 GPUs
+    assert sim["profile"] == [jid for jid, _ in plan.profile] == [2, 6, 3]
+    assert sim["release"] == sorted(jid for jid, _ in plan.release) == [4, 5, 7, 8, 30]
     assert sim["requeue"] == [jid for jid, _ in plan.requeue] == [20]
     assert sim["site_factors"] == {str(k): v for k, (v, _, _) in plan.site_factors.items()}
     assert sim["site_factors"] == recorded["decisions"]["site_factors"]
