@@ -92,7 +92,7 @@ def live_config(options: dict | None = None):
 
     options (as `lucidctl simulate` and the tuner name them): tprof, nprof, cprof (0: no
     profiling), profiling (False: off), starvation_s, aging_halflife_s, starving_halflife_s, points_per_doubling,
-    interval_s, prof_capacity_gpus, prof_burst_gpus, prof_burst_queue, skip_when_free."""
+    interval_s, prof_capacity_gpus, prof_burst_gpus, prof_burst_queue, prof_max_job_share, skip_when_free."""
     o = {k: v for k, v in (options or {}).items() if v is not None}
     prof = {}
     if "tprof" in o:
@@ -105,6 +105,8 @@ def live_config(options: dict | None = None):
         prof["burst_capacity_gpus"] = int(o["prof_burst_gpus"])
     if "prof_burst_queue" in o:
         prof["burst_queue"] = int(o["prof_burst_queue"])
+    if "prof_max_job_share" in o:
+        prof["max_job_share"] = float(o["prof_max_job_share"])
     if "skip_when_free" in o:
         prof["skip_when_free"] = bool(o["skip_when_free"])
     if not o.get("profiling", True) or o.get("cprof") == 0:
@@ -562,8 +564,8 @@ def _site_factor_key(job):
 def replay_cycle(recorded: dict, live=None) -> dict:
     """Feed one recorded live cycle (`LucidDecider.record`) through this mode's decision code.
 
-    `live`: the daemon's config (its [profiler] capacity and exemptions are not in the record);
-    without it, lucidd's defaults with the recorded Tprof, Nprof and ordering values. Returns the
+    `live`: the daemon's config (its [profiler] exemptions are not in the record); without it,
+    lucidd's defaults with the recorded Tprof, Nprof, profiling capacity and ordering values. Returns the
     profiling decisions (profile in admission order, release and requeue sorted) and the
     SiteFactor of every recorded waiting job and every job released this cycle (from the inbox, or
     withdrawn from profiling), keyed by job id as text: the same shape as the record's decisions."""
@@ -573,7 +575,12 @@ def replay_cycle(recorded: dict, live=None) -> dict:
                             "aging_halflife_s": c["aging_halflife_s"],
                             "points_per_doubling": c["points_per_doubling"],
                             "starving_halflife_s": c.get("starving_halflife_s", 0),
-                            "skip_when_free": c.get("skip_when_free", False)})
+                            "skip_when_free": c.get("skip_when_free", False),
+                            # records before these keys: the capacity's defaults, no width limit
+                            "prof_capacity_gpus": c.get("capacity_gpus", 0),
+                            "prof_burst_gpus": c.get("burst_capacity_gpus", 0),
+                            "prof_burst_queue": c.get("burst_queue", 10),
+                            "prof_max_job_share": c.get("max_job_share", 1.0)})
     now = int(recorded["now"])
     entries = [("inbox", d) for d in recorded["inbox"]] + [("profiling", d) for d in recorded["profiling"]] + \
         [("waiting", d) for d in recorded["waiting"]]

@@ -58,6 +58,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "tprof_s": Key(int, 200, "Tprof: seconds a job runs in profiling before lucidd requeues it", min=1,
                        max=86400),
         "nprof_gpus": Key(int, 8, "Nprof: jobs asking for more GPUs skip profiling", min=0, max=100000),
+        "max_job_share": Key(float, 1.0, "a job asking for more than this share of the profiling capacity "
+                                         "skips profiling: one job holding the whole capacity makes every job "
+                                         "behind it wait (1.0: only Nprof limits it)", min=0.0, max=1.0),
         "capacity_gpus": Key(int, 0, "GPUs the profiling jobs may hold at once (0: auto, the larger of "
                                      "nprof_gpus and 3 % of the profiling partition's GPUs)", min=0, max=10000000),
         "burst_capacity_gpus": Key(int, 0, "extra GPUs allowed while more than burst_queue jobs wait "

@@ -72,11 +72,32 @@ def reasons(pairs):
 
 def test_least_gpus_first_within_capacity(decider):
     # auto capacity: max(nprof 8, 3 % of 32) = 8
-    inbox = [lj(1, 4), lj(2, 1), lj(3, 2), lj(4, 8), lj(5, 1)]
+    inbox = [lj(1, 4), lj(2, 1), lj(3, 2), lj(4, 4), lj(5, 1)]
     plan = decider.decide(inp(inbox))
     assert ids(plan.profile) == [2, 5, 3, 1]  # 1+1+2+4 = 8 GPUs; ties by submission order (job id)
     assert plan.release == []  # job 4 waits for room, it is not released
     assert "least-GPUs-first" in plan.profile[0][1] and "8/8" in plan.profile[-1][1]
+
+
+def test_a_job_wider_than_half_the_capacity_is_not_profiled(tmp_path):
+    """Admission is strictly least-GPUs-first: a job holding the whole capacity would stop profiling
+    for everyone behind it, so with max_job_share 0.5 one wider than half of it goes to its partition."""
+    inbox = [lj(1, 8), lj(2, 5), lj(3, 4), lj(4, 1)]
+    half = LucidDecider(make_cfg(tmp_path, profiler={"max_job_share": 0.5}))
+    plan = half.decide(inp(inbox))  # capacity max(Nprof 8, 3 % of 32) = 8: at most 4 GPUs
+    assert ids(plan.profile) == [4, 3]
+    assert ids(plan.release) == [1, 2]
+    assert reasons(plan.release)[1] == ("not profiled: asks for 8 GPUs > 0.5 x the profiling capacity (8 GPUs): "
+                                        "it would hold profiling for every job behind it")
+    # the default, 1.0, leaves only Nprof
+    plan = LucidDecider(make_cfg(tmp_path)).decide(inp(inbox))
+    assert ids(plan.profile) == [4, 3] and plan.release == []  # 1 + 4 held; 5 and 8 wait for room
+    # the share is of the configured capacity: 64 (of 32 GPUs: all of them) takes up to 32
+    plan = LucidDecider(make_cfg(tmp_path, profiler={"max_job_share": 0.5, "capacity_gpus": 64})).decide(inp(inbox))
+    assert ids(plan.profile) == [4, 3, 2, 1]
+    # a capacity of 1 GPU still profiles 1-GPU jobs
+    tiny = LucidDecider(make_cfg(tmp_path, profiler={"max_job_share": 0.5, "nprof_gpus": 1}))
+    assert ids(tiny.decide(inp([lj(5, 1)], profiling_gpus=8)).profile) == [5]
 
 
 def test_a_job_that_would_start_at_once_skips_profiling(tmp_path):
@@ -174,7 +195,7 @@ def test_skip_reasons_release_without_profiling(tmp_path, job, cfg, record_kw, n
 def test_not_skipped_when_nothing_applies(tmp_path):
     d = LucidDecider(make_cfg(tmp_path, profiler={"exempt_users": ["bob"], "exempt_accounts": ["ops"],
                                                   "exempt_partitions": ["research"]}))
-    j = lj(1, 8, comment="lucid:profile-me", user="bobby", account="opsx")
+    j = lj(1, 4, comment="lucid:profile-me", user="bobby", account="opsx")
     plan = d.decide(inp([j], records={1: rec(j, requested="main,researchers")}))
     assert ids(plan.profile) == [1] and plan.release == []
 
@@ -241,7 +262,7 @@ def test_abandoned_jobs_still_hold_profiling_capacity(decider):
     assert plan.profile == []  # 8 of 8 profiling GPUs are held by the abandoned job
 
 
-def test_admitted_jobs_that_never_start_in_profiling_go_to_their_partition_after_2_tprof(decider):
+def test_admitted_jobs_that_never_start_in_profiling_go_to_their_partition_after_2_tprof(tmp_path):
     """An admitted job pending in profiling (no node there has its GPUs free) is withdrawn once it
     waited more than 2 x Tprof since lucidd first saw it, as an inbox job would be; it stops holding
     profiling room and is ordered in its partition in the same cycle."""
@@ -253,6 +274,7 @@ def test_admitted_jobs_that_never_start_in_profiling_go_to_their_partition_after
                3: rec(started, first_seen=NOW - 10 * TPROF, profile="admitted", phase="profiling")}
     records[3].profile_start = NOW - 9 * TPROF
     new = lj(4, 6)
+    decider = LucidDecider(make_cfg(tmp_path, profiler={"max_job_share": 1.0}))  # 8- and 6-GPU jobs profiled
     plan = decider.decide(inp([new], profiling=[old, young, started], records=records, profiling_gpus=16))
     assert ids(plan.release) == [1]
     assert "admitted to profiling" in reasons(plan.release)[1] and "2 x Tprof" in reasons(plan.release)[1]
@@ -457,8 +479,10 @@ def test_record_is_json_and_carries_the_config(decider):
     text = json.dumps(recorded)
     back = json.loads(text)
     assert back["inbox"][0]["name"] == 'a "b"\nc ✓'
-    assert back["config"] == {"tprof_s": TPROF, "nprof_gpus": 8, "skip_when_free": True, "starvation_s": 12 * 3600,
-                              "aging_halflife_s": 0, "starving_halflife_s": 3600, "points_per_doubling": 1000}
+    assert back["config"] == {"tprof_s": TPROF, "nprof_gpus": 8, "skip_when_free": True, "capacity_gpus": 0,
+                              "burst_capacity_gpus": 0, "burst_queue": 10, "max_job_share": 1.0,
+                              "starvation_s": 12 * 3600, "aging_halflife_s": 0, "starving_halflife_s": 3600,
+                              "points_per_doubling": 1000}
     assert back["now"] == NOW and back["profiling_gpus"] == 32
 
 
