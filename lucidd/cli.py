@@ -49,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     lucid = s.add_argument_group("Lucid policy (docs/lucid.md)")
     lucid.add_argument("--colocation", help="co-location measurement table (pair speeds) for packing labels and shared progress")
     lucid.add_argument("--profiles", help="per-workload profile table (model,dataset,batchsize,amp,gpu_util,gmem_util,gmem)")
-    lucid.add_argument("--tprof", type=int, help="profiler time limit Tprof in seconds (default 200; >= 1)")
+    lucid.add_argument("--tprof", type=int, help="profiler time limit Tprof in seconds (default: lucidd's 600 for lucid, "
+                       "200 for lucid-standalone; >= 1)")
     lucid.add_argument("--cprof", type=int, help="profiling partition nodes Cprof (default ~1.5%% of nodes, at least 1; "
                                                  "0: no profiler; fewer than the cluster's nodes)")
     lucid.add_argument("--nprof", type=int, help="largest job (GPUs) that is profiled, Nprof (default 8; 1 to the "

@@ -242,10 +242,20 @@ def _packing(row, feat, art, policy: str, warnings: list) -> dict:
     return out
 
 
+def _default_tprof(policy: str) -> int:
+    """Tprof of a run that did not set it: the paper's 200 s for Lucid's own engine, lucidd's
+    `[profiler] tprof_s` default for Lucid as lucidd runs it."""
+    if policy.startswith("lucid-standalone"):
+        return 200
+    from .live.config import config_from_dict
+
+    return config_from_dict({}).profiler.tprof_s
+
+
 def _profiler(row, art, policy: str) -> dict:
     profiled, finished = _bool(row.get("profiled")), _bool(row.get("profiler_finished"))
     opts = art.index.get("options") or {}
-    tprof = opts.get("tprof") or 200
+    tprof = opts.get("tprof") or _default_tprof(policy)
     out = {"profiled": profiled, "finished": finished, "start": _num(row.get("profiler_start")),
            "end": _num(row.get("profiler_end")), "tprof_s": tprof, "reason": ""}
     if policy == "lucid-noprofiler":

@@ -52,8 +52,9 @@ def option_defaults(spec, variant: str = "lucid-standalone") -> dict:
     if not variant.startswith("lucid-standalone"):
         from lucidd.live.config import config_from_dict
 
-        o = config_from_dict({}).ordering
-        out.update(starvation_s=o.starvation_s, aging_halflife_s=o.aging_halflife_s)
+        live = config_from_dict({})
+        o = live.ordering
+        out.update(tprof=live.profiler.tprof_s, starvation_s=o.starvation_s, aging_halflife_s=o.aging_halflife_s)
     return out
 
 

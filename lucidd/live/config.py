@@ -55,7 +55,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "profiler": {
         "enabled": Key(bool, True, "send new jobs through the profiling partition first"),
-        "tprof_s": Key(int, 200, "Tprof: seconds a job runs in profiling before lucidd requeues it", min=1,
+        "tprof_s": Key(int, 600, "Tprof: seconds a job runs in profiling before lucidd requeues it", min=1,
                        max=86400),
         "nprof_gpus": Key(int, 8, "Nprof: jobs asking for more GPUs skip profiling", min=0, max=100000),
         "max_job_share": Key(float, 1.0, "a job asking for more than this share of the profiling capacity "

@@ -21,7 +21,8 @@ TPROF = 200
 
 
 def make_cfg(tmp_path, **sections):
-    raw = {"daemon": {"state_dir": str(tmp_path / "state")}, "models": {"dir": str(tmp_path / "models")}}
+    raw = {"daemon": {"state_dir": str(tmp_path / "state")}, "models": {"dir": str(tmp_path / "models")},
+           "profiler": {"tprof_s": TPROF}}  # these cases are written for a Tprof of 200 s
     for name, values in sections.items():
         raw.setdefault(name, {}).update(values)
     return config_from_dict(raw)

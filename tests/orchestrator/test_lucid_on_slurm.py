@@ -32,6 +32,7 @@ def replay(rows, nodes=1, gpn=8, vcs=None, rule="exact", **opts):
         j.estimate = float(est[j.job_id])
     spec = ClusterSpec({v: VCSpec(v, n, gpn) for v, n in (vcs or {"a": nodes}).items()})
     gate = bool(opts.pop("prof_gate", False))
+    opts.setdefault("tprof", 200)  # these cases are written for a Tprof of 200 s
     live = live_config(opts)
 
     def make(priority):
@@ -193,7 +194,7 @@ def _rec(j, estimate, target="main", profile="pending", phase="inbox", first_see
 
 def test_a_recorded_live_cycle_gives_the_same_decisions_in_the_simulator(tmp_path):
     cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)},
-                            "profiler": {"capacity_gpus": 6, "max_job_share": 0.5}})
+                            "profiler": {"tprof_s": 200, "capacity_gpus": 6, "max_job_share": 0.5}})
     decider = LucidDecider(cfg)
     inbox = [_lj(1, 4), _lj(2, 1), _lj(3, 2), _lj(4, 16), _lj(5, 1, requeue=False), _lj(6, 1), _lj(7, 2)]
     running = _lj(20, 1, partition="profiling", state="RUNNING", start_time=NOW - 250)

@@ -78,7 +78,7 @@ def test_tune_cli_writes_a_proposal(tmp_path, capsys):
 
 
 def test_no_tprof_change_is_proposed_without_a_profiler(small_experiment):
-    space = [TunableParam("tprof", (60, 600)), TunableParam("cprof", (0,))]
+    space = [TunableParam("tprof", (60, 200)), TunableParam("cprof", (0,))]  # neither is the current 600
     proposal = Tuner(small_experiment, space=space, workers=1).run()
     assert proposal.proposed_params["cprof"] == 0
     assert proposal.proposed_params["tprof"] == proposal.current_params["tprof"]
