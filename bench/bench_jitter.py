@@ -35,8 +35,6 @@ from bench_sweep import PHILLY, VENUS, parse_policy  # noqa: E402
 
 def jittered_experiment(point: str, seed: int, jitter_s: int):
     """bench_sweep's experiment for `point`, every submission moved by U{-J..J} s (seed 0: unmoved)."""
-    import numpy as np
-
     from lucidd.experiment import make_experiment
     from lucidd.traces import load_trace
 
@@ -55,15 +53,8 @@ def jittered_experiment(point: str, seed: int, jitter_s: int):
         kw = {"scale_nodes": float(factor)}
         if name == "venus":
             kw["vc_config"] = VENUS / "vc_config.csv"
-    if seed:
-        jobs = loaded.jobs.copy()
-        rng = np.random.default_rng(seed)
-        moved = jobs["submit_time"].to_numpy() + rng.integers(-jitter_s, jitter_s + 1, len(jobs))
-        jobs["submit_time"] = np.maximum(moved, 0)
-        jobs = jobs.sort_values(["submit_time", "seq"], kind="stable").reset_index(drop=True)
-        jobs["seq"] = range(len(jobs))
-        loaded = replace(loaded, jobs=jobs)
-    return make_experiment(loaded, **kw)
+    exp = make_experiment(loaded, **kw)
+    return exp.jittered(seed, jitter_s) if seed else exp
 
 
 def replay(exp, policy: str) -> dict:

@@ -102,6 +102,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--tail-slack", type=float, default=0.0,
                    help="allowed relative excess of p99.9/avg queue over the reference (default 0.0; e.g. 0.05 = 5%%)")
     t.add_argument("--workers", type=int, help="parallel replays (default: up to 4 CPUs; >= 1)")
+    t.add_argument("--jitter-seeds", type=int, default=0,
+                   help="also replay N copies of the window with every submission moved by up to "
+                        "+-JITTER_S s, and judge each value on the mean (default 0; >= 0)")
+    t.add_argument("--jitter-s", type=int, default=60, help="the move's bound in seconds (default 60; >= 1)")
     t.add_argument("--scale-nodes", type=float, metavar="F", help="as for simulate: every VC's node count x F")
     t.add_argument("--skip-bad-rows", action="store_true", help="as for simulate: drop malformed trace rows")
     t.add_argument("--out", default="tune-out", help="where proposal.json and tuning_points.csv go (default ./tune-out)")
@@ -239,6 +243,8 @@ def _check_args(args) -> None:
     _check_int(args, "aging_halflife_s", lo=0, what=" second(s) (0: no aging)")
     _check_int(args, "starving_halflife_s", lo=0, hi=10 ** 7, what=" second(s) (0: oldest first)")
     _check_int(args, "workers", lo=1)
+    _check_int(args, "jitter_seeds", lo=0, hi=100, what=" (jittered copies of the window)")
+    _check_int(args, "jitter_s", lo=1, hi=86400, what=" second(s)")
     if getattr(args, "scale_nodes", None) is not None:
         from .cluster import check_scale_factor
 
@@ -421,7 +427,7 @@ def cmd_tune(args) -> int:
         print(flush=True)
     log = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
     proposal = Tuner(exp, reference_policy=args.reference, tail_slack=args.tail_slack, workers=args.workers,
-                     log=log).run()
+                     log=log, jitter_seeds=args.jitter_seeds, jitter_s=args.jitter_s).run()
     proposal.context = {"trace": loaded.path, "format": loaded.fmt, "jobs": int(len(exp.trace)),
                         "window": {"start": args.start, "end": args.end}, "cluster": exp.spec.describe()}
     out.clear()

@@ -84,6 +84,29 @@ class Experiment:
             return POLICY_BUILDERS[policy](self, jobs, on_progress)
         raise ConfigError(f"unknown policy '{policy}'; known: {', '.join(known_policies())}")
 
+    def jittered(self, seed: int, jitter_s: int = 60) -> "Experiment":
+        """The same experiment with every submission moved by a whole number of seconds drawn
+        uniformly from [-jitter_s, +jitter_s] (reproducible by `seed`), for telling a policy's
+        systematic effect from one replay's luck: without preemption a job placed a minute earlier
+        changes which GPUs are free hours later. Jobs are re-sorted by their new submission time
+        (their `seq` values are handed out again in that order); the models are fitted afresh on
+        the moved trace (the copy shares no cache); the jobs before the window are not moved."""
+        import numpy as np
+
+        jobs = self.trace.copy()
+        rng = np.random.default_rng(seed)
+        moved = jobs["submit_time"].to_numpy() + rng.integers(-jitter_s, jitter_s + 1, len(jobs))
+        jobs["submit_time"] = np.maximum(moved, 0)
+        if "seq" in jobs:
+            seqs = np.sort(jobs["seq"].to_numpy())
+            jobs = jobs.sort_values(["submit_time", "seq"], kind="stable").reset_index(drop=True)
+            jobs["seq"] = seqs
+        else:
+            jobs = jobs.sort_values("submit_time", kind="stable").reset_index(drop=True)
+        options = {k: v for k, v in self.options.items() if k != "_cache"}
+        return Experiment(trace=jobs, spec=self.spec, path=self.path, origin=self.origin, estimates=self.estimates,
+                          options=options, prior=self.prior)
+
 
 def make_experiment(loaded, vc_config=None, nodes=None, gpus_per_node=8, estimates_path=None,
                     prior=None, scale_nodes=None) -> Experiment:

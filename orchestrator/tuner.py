@@ -81,6 +81,7 @@ class Proposal:
     points: list  # every simulated (params, metrics)
     curves: dict  # param -> list of {value, raw metrics, smoothed metrics, feasible}
     context: dict = field(default_factory=dict)  # what was replayed: trace, format, jobs, window, cluster
+    replays: int = 1  # replays per parameter set: the window and its jittered copies (metrics are their mean)
 
     @property
     def jct_gain(self) -> float:
@@ -110,11 +111,10 @@ def isotonic(values, y, trend: str) -> np.ndarray:
 
 # ----- simulation of one parameter set --------------------------------------------------------
 
-_EXP: Experiment | None = None  # set before forking workers, so they share the fitted models
+_EXPS: list = []  # the window and its jittered copies; set before forking, so workers share the fitted models
 
 
-def _simulate(policy: str, params: dict) -> dict:
-    exp = _EXP
+def _simulate_one(exp: Experiment, policy: str, params: dict) -> dict:
     missing = object()
     saved = {k: exp.options.get(k, missing) for k in params}
     exp.options.update(params)
@@ -131,11 +131,21 @@ def _simulate(policy: str, params: dict) -> dict:
     return {k: float(s.get(k, 0) or 0) for k in METRICS}
 
 
+def _simulate(policy: str, params: dict) -> dict:
+    """Metrics of one parameter set: the mean over the window and its jittered copies."""
+    runs = [_simulate_one(exp, policy, params) for exp in _EXPS]
+    return {k: float(np.mean([r[k] for r in runs])) for k in METRICS}
+
+
 class Tuner:
     def __init__(self, exp: Experiment, space: list[TunableParam] | None = None, reference_policy: str = "tiresias",
                  variant: str = "lucid", tail_slack: float = 0.0, rounds: int = 1, workers: int | None = None,
-                 log=None):
+                 log=None, jitter_seeds: int = 0, jitter_s: int = 60):
         self.exp = exp
+        # Each parameter set is judged on the window and on `jitter_seeds` copies of it with every
+        # submission moved by up to +-jitter_s (Experiment.jittered): one replay of a cluster
+        # without preemption is chaotic, and a choice made on it can be one replay's luck.
+        self.exps = [exp] + [exp.jittered(seed, jitter_s) for seed in range(1, int(jitter_seeds) + 1)]
         self.space = space if space is not None else default_space(exp, packing=_has_workload(exp))
         self.reference_policy = reference_policy
         self.variant = variant
@@ -159,10 +169,10 @@ class Tuner:
         return tuple(sorted(params.items()))
 
     def _run_many(self, param_sets: list[dict]) -> list[dict]:
-        global _EXP
+        global _EXPS
         todo = [p for p in param_sets if self._key(p) not in self._seen]
         uniq = list({self._key(p): p for p in todo}.values())
-        _EXP = self.exp
+        _EXPS = self.exps
         if len(uniq) > 1 and self.workers > 1:
             # fork: the workers inherit the experiment with its models already fitted
             ctx = multiprocessing.get_context("fork")
@@ -176,12 +186,13 @@ class Tuner:
         return [self._seen[self._key(p)] for p in param_sets]
 
     def run(self) -> Proposal:
-        global _EXP
-        _EXP = self.exp
+        global _EXPS
+        _EXPS = self.exps
         self.log(f"reference policy {self.reference_policy} ...")
         reference = _simulate(self.reference_policy, {})
         current = self.current_params()
-        # Fit the models once in this process (first Lucid replay) so forked workers reuse them.
+        # Fit the models once in this process (first Lucid replay, on every copy of the window) so
+        # forked workers reuse them.
         cur_metrics = self._run_many([current])[0]
         limit_tail = reference["p999_queue_s"] * (1 + self.tail_slack)
         limit_queue = reference["avg_queue_s"] * (1 + self.tail_slack)
@@ -232,7 +243,7 @@ class Tuner:
         feasible = proposed["p999_queue_s"] <= limit_tail and proposed["avg_queue_s"] <= limit_queue
         points = [{"params": dict(k), "metrics": m} for k, m in self._seen.items()]
         return Proposal(self.reference_policy, reference, current, cur_metrics, best, proposed, bool(feasible),
-                        reasons, points, curves)
+                        reasons, points, curves, replays=len(self.exps))
 
 
 def _jct_words(raw: pd.DataFrame, smooth: pd.DataFrame, i: int) -> str:
@@ -281,7 +292,9 @@ def format_proposal(proposal: Proposal) -> str:
                  f"{_ratio(ref['avg_jct_s'], new['avg_jct_s']):.3f}x vs {proposal.reference_policy}; "
                  + ("tail and average queueing no worse than the reference" if proposal.feasible
                     else "WARNING: the tail or average queueing is worse than the reference"))
-    lines.append("why (one parameter at a time; the table's figures are single replays, and where a parameter's "
+    each = ("single replays (--jitter-seeds N: means over N jittered copies too)" if proposal.replays <= 1 else
+            f"means over {proposal.replays} replays (the window and {proposal.replays - 1} jittered copies)")
+    lines.append(f"why (one parameter at a time; the table's figures are {each}, and where a parameter's "
                  "effect must be monotone the choice used the smoothed curve, docs/tuner.md):")
     lines.extend(f"  - {r}" for r in proposal.reasons)
     lines.append("This is a proposal only: no configuration was changed.")

@@ -83,3 +83,33 @@ def test_no_tprof_change_is_proposed_without_a_profiler(small_experiment):
     assert proposal.proposed_params["cprof"] == 0
     assert proposal.proposed_params["tprof"] == proposal.current_params["tprof"]
     assert any(r.startswith("tprof=") and "no effect" in r for r in proposal.reasons)
+
+
+def test_jittered_replays_are_averaged_and_leave_the_window_alone(small_experiment):
+    from orchestrator.tuner import _simulate_one
+
+    exp = small_experiment
+    trace_before = exp.trace.copy()
+    space = [TunableParam("starvation_s", (12 * HOUR,))]
+    proposal = Tuner(exp, space=space, workers=1, jitter_seeds=1, jitter_s=30).run()
+    assert proposal.replays == 2
+    assert exp.trace.equals(trace_before)  # the window itself is never moved
+    params = {"starvation_s": 12 * HOUR}
+    one = _simulate_one(exp, "lucid", params)
+    two = _simulate_one(exp.jittered(1, 30), "lucid", params)
+    assert proposal.proposed == {k: (one[k] + two[k]) / 2 for k in one}
+    assert "means over 2 replays (the window and 1 jittered copies)" in format_proposal(proposal)
+
+
+def test_a_jittered_copy_moves_each_submission_by_at_most_the_bound(small_experiment):
+    exp = small_experiment
+    copy = exp.jittered(3, 45)
+    a = exp.trace.set_index("job_id")["submit_time"]
+    b = copy.trace.set_index("job_id")["submit_time"]
+    assert set(a.index) == set(b.index) and len(copy.trace) == len(exp.trace)
+    moved = (b - a.reindex(b.index)).abs()
+    assert moved.max() <= 45 and moved.max() > 0
+    assert copy.trace["submit_time"].is_monotonic_increasing
+    assert sorted(copy.trace["seq"]) == sorted(exp.trace["seq"]) and copy.trace["seq"].is_monotonic_increasing
+    assert copy.trace.equals(exp.jittered(3, 45).trace)  # reproducible by seed
+    assert "_cache" not in copy.options and copy.prior is exp.prior
