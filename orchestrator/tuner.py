@@ -54,7 +54,7 @@ def default_space(exp: Experiment, packing: bool = True) -> list[TunableParam]:
     # than the debug jobs it filters save (docs/lucid.md, Philly as one VC).
     cprof = sorted({0} | {max(1, round(nodes * f)) for f in (0.01, 0.015, 0.03, 0.05)})
     space = [
-        TunableParam("tprof", (60, 120, 200, 300, 600, 900, 1200), {"profiler_finished": "up"},
+        TunableParam("tprof", (60, 120, 200, 300, 600, 900, 1200, 1800, 3600), {"profiler_finished": "up"},
                      "profiler time limit Tprof (s)"),
         TunableParam("cprof", tuple(cprof), {}, "profiling partition nodes Cprof (0: no profiler)"),
         TunableParam("starvation_s", tuple(h * HOUR for h in (12, 24, 36, 48, 60, 72, 96, 120)),
