@@ -73,7 +73,7 @@ def reasons(pairs):
 
 def test_least_gpus_first_within_capacity(decider):
     # auto capacity: max(nprof 8, 3 % of 32) = 8
-    inbox = [lj(1, 4), lj(2, 1), lj(3, 2), lj(4, 4), lj(5, 1)]
+    inbox = [lj(1, 4), lj(2, 1), lj(3, 2), lj(4, 8), lj(5, 1)]
     plan = decider.decide(inp(inbox))
     assert ids(plan.profile) == [2, 5, 3, 1]  # 1+1+2+4 = 8 GPUs; ties by submission order (job id)
     assert plan.release == []  # job 4 waits for room, it is not released
@@ -196,7 +196,7 @@ def test_skip_reasons_release_without_profiling(tmp_path, job, cfg, record_kw, n
 def test_not_skipped_when_nothing_applies(tmp_path):
     d = LucidDecider(make_cfg(tmp_path, profiler={"exempt_users": ["bob"], "exempt_accounts": ["ops"],
                                                   "exempt_partitions": ["research"]}))
-    j = lj(1, 4, comment="lucid:profile-me", user="bobby", account="opsx")
+    j = lj(1, 8, comment="lucid:profile-me", user="bobby", account="opsx")
     plan = d.decide(inp([j], records={1: rec(j, requested="main,researchers")}))
     assert ids(plan.profile) == [1] and plan.release == []
 
@@ -263,7 +263,7 @@ def test_abandoned_jobs_still_hold_profiling_capacity(decider):
     assert plan.profile == []  # 8 of 8 profiling GPUs are held by the abandoned job
 
 
-def test_admitted_jobs_that_never_start_in_profiling_go_to_their_partition_after_2_tprof(tmp_path):
+def test_admitted_jobs_that_never_start_in_profiling_go_to_their_partition_after_2_tprof(decider):
     """An admitted job pending in profiling (no node there has its GPUs free) is withdrawn once it
     waited more than 2 x Tprof since lucidd first saw it, as an inbox job would be; it stops holding
     profiling room and is ordered in its partition in the same cycle."""
@@ -275,7 +275,6 @@ def test_admitted_jobs_that_never_start_in_profiling_go_to_their_partition_after
                3: rec(started, first_seen=NOW - 10 * TPROF, profile="admitted", phase="profiling")}
     records[3].profile_start = NOW - 9 * TPROF
     new = lj(4, 6)
-    decider = LucidDecider(make_cfg(tmp_path, profiler={"max_job_share": 1.0}))  # 8- and 6-GPU jobs profiled
     plan = decider.decide(inp([new], profiling=[old, young, started], records=records, profiling_gpus=16))
     assert ids(plan.release) == [1]
     assert "admitted to profiling" in reasons(plan.release)[1] and "2 x Tprof" in reasons(plan.release)[1]

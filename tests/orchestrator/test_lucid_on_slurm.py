@@ -111,15 +111,14 @@ def test_short_jobs_finish_in_profiling():
 
 
 def test_profiling_capacity_least_gpus_first_and_the_2x_tprof_rule():
-    # (max_job_share 1: a job may take the whole capacity, as these cases need)
     # capacity 2 GPUs: at 10, the two 1-GPU jobs (least GPUs first) are admitted; the 2-GPU job waits.
     # Both are requeued at 210; the cycle at 220 no longer counts them: the 2-GPU job is admitted then.
     rows = [("two", 2, 1, 5000, 100), ("one_a", 1, 2, 5000, 100), ("one_b", 1, 3, 5000, 100)]
-    r, _ = replay(rows, nodes=2, prof_capacity_gpus=2, prof_max_job_share=1)
+    r, _ = replay(rows, nodes=2, prof_capacity_gpus=2)
     assert r.loc["one_a", "profiler_start"] == 10 and r.loc["one_b", "profiler_start"] == 10
     assert r.loc["two", "profiler_start"] == 220
     # with Tprof 300 the room frees at 320 (> 2 x Tprof is 600 s: still profiled) ...
-    r, _ = replay(rows, nodes=2, prof_capacity_gpus=2, prof_max_job_share=1, tprof=300)
+    r, _ = replay(rows, nodes=2, prof_capacity_gpus=2, tprof=300)
     assert r.loc["two", "profiler_start"] == 320
     # ... and an admitted job that cannot start (the cluster is full) holds the room: the next job waits
     # past 2 x Tprof (first seen at 20, released at 430, the first cycle with a wait > 400 s) and goes to
@@ -127,7 +126,7 @@ def test_profiling_capacity_least_gpus_first_and_the_2x_tprof_rule():
     # partition in the same cycle (it would otherwise wait there until 5010, holding the room); both
     # start in their partition when the cluster frees.
     rows = [("fill", 8, 1, 5000, 5000), ("hog", 2, 11, 5000, 100), ("two", 2, 12, 5000, 100)]
-    r, stats = replay(rows, nodes=1, prof_capacity_gpus=2, prof_max_job_share=1, nprof=2)
+    r, stats = replay(rows, nodes=1, prof_capacity_gpus=2, nprof=2)
     assert not r.loc["fill", "profiled"] and not r.loc["hog", "profiled"] and not r.loc["two", "profiled"]
     assert r.loc["two", "profile_reason"] == "not profiled: waited 410 s for profiling room (> 2 x Tprof)"
     assert r.loc["hog", "profile_reason"] == ("not profiled: waited 410 s, admitted to profiling but no node "
