@@ -58,17 +58,11 @@ def jittered_experiment(point: str, seed: int, jitter_s: int):
 
 
 def replay(exp, policy: str) -> dict:
-    from lucidd.metrics import summarize
+    """avg JCT, p99.9 queue... of one replay; `policy` may carry options (`lucid[tprof=600]`)."""
+    from orchestrator.tuner import replay_metrics
 
     name, opts = parse_policy(policy)
-    saved = dict(exp.options)
-    exp.options.update(opts)
-    try:
-        r = exp.run(name)
-    finally:
-        exp.options.clear()
-        exp.options.update(saved)
-    return summarize(policy, r.jobs, r.series, r.total_gpus)
+    return replay_metrics(exp, name, opts)
 
 
 def main(argv=None):

@@ -114,7 +114,8 @@ def isotonic(values, y, trend: str) -> np.ndarray:
 _EXPS: list = []  # the window and its jittered copies; set before forking, so workers share the fitted models
 
 
-def _simulate_one(exp: Experiment, policy: str, params: dict) -> dict:
+def replay_metrics(exp: Experiment, policy: str, params: dict) -> dict:
+    """METRICS of one replay of `exp` under `policy` with `params` as experiment options (restored after)."""
     missing = object()
     saved = {k: exp.options.get(k, missing) for k in params}
     exp.options.update(params)
@@ -133,7 +134,7 @@ def _simulate_one(exp: Experiment, policy: str, params: dict) -> dict:
 
 def _simulate(policy: str, params: dict) -> dict:
     """Metrics of one parameter set: the mean over the window and its jittered copies."""
-    runs = [_simulate_one(exp, policy, params) for exp in _EXPS]
+    runs = [replay_metrics(exp, policy, params) for exp in _EXPS]
     return {k: float(np.mean([r[k] for r in runs])) for k in METRICS}
 
 

@@ -86,7 +86,7 @@ def test_no_tprof_change_is_proposed_without_a_profiler(small_experiment):
 
 
 def test_jittered_replays_are_averaged_and_leave_the_window_alone(small_experiment):
-    from orchestrator.tuner import _simulate_one
+    from orchestrator.tuner import replay_metrics
 
     exp = small_experiment
     trace_before = exp.trace.copy()
@@ -95,8 +95,8 @@ def test_jittered_replays_are_averaged_and_leave_the_window_alone(small_experime
     assert proposal.replays == 2
     assert exp.trace.equals(trace_before)  # the window itself is never moved
     params = {"starvation_s": 12 * HOUR}
-    one = _simulate_one(exp, "lucid", params)
-    two = _simulate_one(exp.jittered(1, 30), "lucid", params)
+    one = replay_metrics(exp, "lucid", params)
+    two = replay_metrics(exp.jittered(1, 30), "lucid", params)
     assert proposal.proposed == {k: (one[k] + two[k]) / 2 for k in one}
     assert "means over 2 replays (the window and 1 jittered copies)" in format_proposal(proposal)
 
