@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from lucidd.live.reconcile import heartbeat_age
 from lucidd.live.store import Store
 
 from .conftest import (TC, active_jobs, failopen, partition_up, sacct_runs, sbatch, sh, squeue, wait_until,
@@ -120,19 +121,28 @@ def test_kill9_failopen_then_resume_without_second_requeue(clean_cluster, tmp_pa
                            for j in squeue()), 60, "a profiled job to run in main")
     daemon.proc.send_signal(signal.SIGKILL)
     daemon.proc.wait(10)
-    killed_at = time.time()
     later = [sbatch(job_script, 3, "--gres=gpu:1", name=f"late{k}") for k in range(2)]
     later.append(sbatch(job_script, 3, "-p", "research", "--gres=gpu:1", name="late-research"))
 
     # the systemd timer's job: run lucidd-failopen every second until it has opened the inbox
+    heartbeat = str(tmp_path / "state" / "heartbeat")
+    calls = []  # (heartbeat age just before the call, just after it, inbox UP after it)
+
     def opened():
+        before = heartbeat_age(heartbeat)
         r = failopen(cfg)
+        after = heartbeat_age(heartbeat)
         assert r.returncode == 0, r.stderr
-        return partition_up("inbox")
+        calls.append((before, after, partition_up("inbox")))
+        return calls[-1][2]
 
     wait_until(opened, 30, "lucidd-failopen to open the inbox", step=1)
-    bound = time.time() - killed_at
-    assert bound < 6 + 5, f"fail-open took {bound:.0f}s"
+    # It opens at the first call after the heartbeat passed failopen_after_s (6 s in write_config),
+    # not before. lucidd-failopen reads the age after `before` was read and before `after` was: a
+    # call that left the inbox shut read at most 6 s, so its `before` <= 6; the call that opened it
+    # read more than 6 s, so its `after` > 6. No margin is needed: this is order, not speed.
+    assert all(before is not None and before <= 6 for before, _, _ in calls[:-1]), calls
+    assert calls[-1][1] is None or calls[-1][1] > 6, calls
     wait_until(lambda: not [j for j in squeue() if j["partition"] == "inbox" and j["job_state"] == "PENDING"], 20,
                "no job left waiting in the inbox")
     wait_until(lambda: not [j for j in active_jobs() if j["job_id"] in later], 60, "late jobs to finish")
