@@ -25,36 +25,22 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_sweep import PHILLY, VENUS, parse_policy  # noqa: E402
+from bench_sweep import experiment, parse_policy  # noqa: E402
 
 
-def jittered_experiment(point: str, seed: int, jitter_s: int):
-    """bench_sweep's experiment for `point`, every submission moved by U{-J..J} s (seed 0: unmoved)."""
+def point_experiment(point: str):
+    """bench_sweep's experiment for `point`, or the bundled sample on its own VCs (`sample`, as
+    `lucidctl simulate` with no flags)."""
+    if point != "sample":
+        return experiment(point)
     from lucidd.experiment import make_experiment
-    from lucidd.traces import load_trace
+    from lucidd.traces import load_trace, sample_trace_path, sample_vc_config_path
 
-    if point == "sample":  # the bundled sample trace on its own VCs, as `lucidctl simulate` with no flags
-        from lucidd.traces import sample_trace_path, sample_vc_config_path
-
-        loaded, kw = load_trace(sample_trace_path()), {"vc_config": sample_vc_config_path()}
-    elif point.startswith("vc:"):
-        _, vc, nodes = point.split(":")
-        loaded = load_trace(VENUS / "jobs.csv")
-        loaded = replace(loaded, jobs=loaded.jobs[loaded.jobs["vc"] == vc].reset_index(drop=True))
-        kw = {"nodes": int(nodes)}
-    else:
-        name, factor = point.split(":")
-        loaded = load_trace(VENUS / "jobs.csv" if name == "venus" else PHILLY)
-        kw = {"scale_nodes": float(factor)}
-        if name == "venus":
-            kw["vc_config"] = VENUS / "vc_config.csv"
-    exp = make_experiment(loaded, **kw)
-    return exp.jittered(seed, jitter_s) if seed else exp
+    return make_experiment(load_trace(sample_trace_path()), vc_config=sample_vc_config_path())
 
 
 def replay(exp, policy: str) -> dict:
@@ -78,8 +64,9 @@ def main(argv=None):
     for point in [p for p in args.points.split(",") if p]:
         runs = {p: [] for p in policies}  # per seed: (avg JCT, p99.9 queue); index 0 = unmoved
         t0 = time.perf_counter()
+        base = point_experiment(point)  # loaded once; each seed moves a copy of it
         for seed in range(args.seeds + 1):
-            exp = jittered_experiment(point, seed, args.jitter_s)
+            exp = base.jittered(seed, args.jitter_s) if seed else base
             for p in policies:
                 s = replay(exp, p)
                 runs[p].append((s["avg_jct_s"], s["p999_queue_s"]))
