@@ -110,34 +110,74 @@ def profiling_skip_reason(p, j, record) -> str | None:
         return f"partition {req} is exempt"
     if j.nodes > 1:
         return "spans several nodes"
+    if getattr(j, "required_nodes", "") or getattr(j, "excluded_nodes", ""):
+        # lucidd steers borrowed profiling runs with ExcNodeList and clears it when a job leaves
+        # profiling: a user's own node choice would be lost
+        return "asks for or excludes particular nodes (--nodelist/--exclude): where it runs is the user's choice"
     return None
+
+
+def profiling_room_wait(p) -> int:
+    """How long a job waits for profiling room (or, admitted, for a node there) before it goes to
+    its partition unprofiled: `room_wait_s`, or 2 x Tprof."""
+    return int(getattr(p, "room_wait_s", 0) or 2 * p.tprof_s)
+
+
+class _Lent:
+    lent = True
+
+
+_LENT = _Lent()
+
+
+def run_tprof(p, record) -> int:
+    """Tprof of a run admitted on GPUs nobody waited for: `long_tprof_s` (or `tprof_s`)."""
+    if getattr(record, "lent", False) and getattr(p, "long_tprof_s", 0):
+        return max(int(p.long_tprof_s), int(p.tprof_s))
+    return int(p.tprof_s)
 
 
 def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, profiling_gpus: int,
                    plan: Plan | None = None, skip=None, capacity=None, queued: dict | None = None,
-                   free: dict | None = None) -> Plan:
+                   free: dict | None = None, lendable: tuple[int, int] = (0, 0)) -> Plan:
     """One cycle's profiling decisions (plan.requeue, abandon, profile, release), as lucidd makes them.
 
     Tprof: a job running in profiling for >= Tprof is requeued; one that ran far past it while
     lucidd was away (> Tprof + max(60 s, 3 intervals)) is left to finish there. Inbox: jobs that
     may be profiled go to profiling least-GPUs-first while the GPUs held by profiling jobs (running
     or admitted, requeued ones excluded) stay within the capacity, strictly in that order; the rest
-    wait for the next cycle, unless they waited more than 2 x Tprof (then, and when a skip rule
-    applies, they go to their partition unprofiled).
+    wait for the next cycle, unless they waited more than `room_wait_s` (default 2 x Tprof; then,
+    and when a skip rule applies, they go to their partition unprofiled).
 
     `queued` (partition -> jobs pending there), when given, switches profiling off for a job whose
     partition has nobody waiting: it would start at once, and profiling could only delay it (the
     daemon does not pass it: off unless configured). `free` (partition -> most free GPUs on one of
     its nodes), given with `queued`, narrows that to a job that also fits on a node of its partition
-    now: a job whose partition is full without a queue would wait, and profiling may save it that."""
+    now: a job whose partition is full without a queue would wait, and profiling may save it that.
+
+    `lendable` (GPUs, most on one node), with `[profiler] lend_idle_gpus`: the GPUs free on nodes
+    whose partitions nobody waits in. A job that fits on one such node is admitted there, outside
+    the capacity (plan.lend: the daemon steers it with ExcNodeList; lent jobs admitted and not yet
+    started count against those GPUs); any other job within the capacity, which lent runs do not
+    use. Such a run's
+    Tprof is `long_tprof_s`; other runs past `tprof_s` go on to it too, oldest first, while they hold
+    at most `long_share` of the profiling GPUs."""
     plan = plan if plan is not None else Plan()
     skip = skip or (lambda j, r: profiling_skip_reason(p, j, r))
     capacity = capacity or (lambda queue_len: profiling_capacity(p, profiling_gpus, queue_len))
     tprof = p.tprof_s
     # Tprof: requeue; a job that ran far past it while lucidd was away finishes where it is.
     grace = max(60.0, 3 * interval_s)
-    used = 0
-    for j in profiling:
+    room_wait = profiling_room_wait(p)
+    room_text = f"room_wait_s {room_wait} s" if getattr(p, "room_wait_s", 0) else "2 x Tprof"
+    used = lent_pending = 0
+    # Long runs: past tprof_s, the oldest runs (not on borrowed GPUs) go on to long_tprof_s while
+    # together they hold at most long_share of the profiling GPUs. The choice depends only on start
+    # order, so a run kept once is kept at every later cycle (the budget permitting).
+    long_s = max(int(getattr(p, "long_tprof_s", 0) or 0), tprof)
+    long_budget = int(getattr(p, "long_share", 0.0) * profiling_gpus) if long_s > tprof else 0
+    long_used = 0
+    for j in sorted(profiling, key=lambda x: (x.start_time or 0, x.job_id)):
         r = records.get(j.job_id)
         if r is None or r.profile in ("requeued", "released"):
             continue  # waiting to leave: holds no GPU
@@ -147,19 +187,27 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
             # 17 h in profiling on an 8-node cluster, holding profiling room, while its partition
             # would have started it by its priority).
             waited = now - (r.first_seen or now)
-            if waited > 2 * tprof:
+            if waited > room_wait:
                 plan.release.append((j.job_id, f"not profiled: waited {waited} s, admitted to profiling but "
-                                               "no node there had its GPUs free (> 2 x Tprof)"))
+                                               f"no node there had its GPUs free (> {room_text})"))
                 continue
-        used += j.gpus  # abandoned jobs still run in profiling and hold their GPUs
+        if getattr(r, "lent", False):
+            # lent: outside the capacity; admitted and not started, it still claims GPUs nobody waits for
+            lent_pending += j.gpus if j.pending else 0
+        else:
+            used += j.gpus  # abandoned jobs still run in profiling and hold their GPUs
         if r.profile == "abandoned" or j.state != "RUNNING" or not j.start_time:
             continue
         ran = now - j.start_time
-        if ran > tprof + grace:
-            plan.abandon.append((j.job_id, f"ran {ran} s in profiling, past Tprof {tprof} s + {grace:g} s "
+        limit = run_tprof(p, r)
+        if limit == tprof and tprof <= ran < long_s and long_used + j.gpus <= long_budget:
+            limit = long_s  # one of the oldest runs past Tprof: kept as a long run
+            long_used += j.gpus
+        if ran > limit + grace:
+            plan.abandon.append((j.job_id, f"ran {ran} s in profiling, past Tprof {limit} s + {grace:g} s "
                                             "(lucidd was away): left to finish there"))
-        elif ran >= tprof:
-            plan.requeue.append((j.job_id, f"ran {ran} s >= Tprof {tprof} s in profiling without ending"))
+        elif ran >= limit:
+            plan.requeue.append((j.job_id, f"ran {ran} s >= Tprof {limit} s in profiling without ending"))
     # Inbox: least GPUs first into profiling while capacity lasts; the rest go to their partition.
     # A job wider than max_job_share of the (non-burst) capacity is not profiled: admission is strictly
     # least-GPUs-first, so while it holds the capacity nobody else is profiled, and jobs behind it wait
@@ -182,19 +230,33 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
             plan.release.append((j.job_id, f"not profiled: {why}"))
             continue
         waited = now - (r.first_seen if r is not None else now)
-        if waited > 2 * tprof:  # profiling would delay it more than it is worth
+        if waited > room_wait:  # profiling would delay it more than it is worth
             plan.release.append((j.job_id, f"not profiled: waited {waited} s for profiling room "
-                                           f"(> 2 x Tprof)"))
+                                           f"(> {room_text})"))
             continue
         candidates.append(live_job(j, r))
     candidates.sort(key=LeastGPUFirst.pending_key)
     cap = capacity(len(candidates))
+    lend_free, lend_node = lendable if getattr(p, "lend_idle_gpus", False) else (0, 0)
+    lent = lent_pending
     for job in candidates:
-        if used + job.gpu_num > cap:
+        g = job.gpu_num
+        if g <= lend_node and lent + g <= lend_free:
+            # Steered onto free GPUs of partitions nobody waits in, which would otherwise idle, and off
+            # the GPUs a waiting job could take; outside the capacity. Measured on the load sweep: with
+            # the capacity alone (runs anywhere) short jobs of busy partitions waited days while other
+            # partitions idled (docs/lucid.md, "Lending idle GPUs to profiling").
+            lent += g
+            plan.profile.append((job.job_id, f"profiling on GPUs nobody waits for: {g} GPU(s), least-GPUs-first, "
+                                             f"{lent} of the {lend_free} GPUs free where nobody waits lent, "
+                                             f"Tprof {run_tprof(p, _LENT)} s"))
+            plan.lend.append(job.job_id)
+        elif used + g <= cap:
+            used += g
+            plan.profile.append((job.job_id, f"profiling: {g} GPU(s), least-GPUs-first, "
+                                             f"{used}/{cap} profiling GPUs in use, Tprof {tprof} s"))
+        else:
             break  # strict least-GPUs-first: nothing bigger fits either
-        used += job.gpu_num
-        plan.profile.append((job.job_id, f"profiling: {job.gpu_num} GPU(s), least-GPUs-first, "
-                                         f"{used}/{cap} profiling GPUs in use, Tprof {tprof} s"))
     return plan
 
 
@@ -295,7 +357,8 @@ class LucidDecider(Decider):
         plan = plan_profiling(self.cfg.profiler, self.cfg.daemon.interval_s, inp.now, inp.inbox, inp.profiling,
                               inp.records, inp.profiling_gpus, skip=self.skip_reason,
                               capacity=lambda queue_len: self.capacity(inp, queue_len),
-                              queued=inp.queued if gate else None, free=inp.free_gpus if gate else None)
+                              queued=inp.queued if gate else None, free=inp.free_gpus if gate else None,
+                              lendable=(inp.lendable_gpus, inp.lendable_node_gpus))
         now = inp.now
         # Main queues: Lucid's order as SiteFactor.
         if self.cfg.ordering.enabled:
@@ -344,7 +407,8 @@ class LucidDecider(Decider):
                     "first_seen": None if r is None else r.first_seen,
                     "profile_start": None if r is None else r.profile_start,
                     "estimate_s": plan.estimates.get(j.job_id, (None if r is None else r.estimate_s,))[0],
-                    "profile": None if r is None else r.profile}
+                    "profile": None if r is None else r.profile,
+                    "lent": bool(r is not None and r.lent)}
         # Waiting jobs whose SiteFactor is unchanged are left out: a value is a pure function of
         # the job's own data, so the decided ones replay alone (and a 10,000-job queue does not
         # write 3 MB per cycle).
@@ -354,19 +418,24 @@ class LucidDecider(Decider):
             or inp.records[j.job_id].site_factor != plan.site_factors[j.job_id][0])]
         return {"now": inp.now, "profiling_gpus": inp.profiling_gpus, "queued": dict(inp.queued),
                 "free_gpus": dict(inp.free_gpus),
+                "lendable": [inp.lendable_gpus, inp.lendable_node_gpus],
                 "config": {"tprof_s": self.cfg.profiler.tprof_s, "nprof_gpus": self.cfg.profiler.nprof_gpus,
                            "skip_when_free": self.cfg.profiler.skip_when_free,
                            "capacity_gpus": self.cfg.profiler.capacity_gpus,
                            "burst_capacity_gpus": self.cfg.profiler.burst_capacity_gpus,
                            "burst_queue": self.cfg.profiler.burst_queue,
                            "max_job_share": self.cfg.profiler.max_job_share,
+                           "lend_idle_gpus": self.cfg.profiler.lend_idle_gpus,
+                           "long_tprof_s": self.cfg.profiler.long_tprof_s,
+                           "long_share": self.cfg.profiler.long_share,
                            "starvation_s": self.policy.config.starvation_s,
                            "aging_halflife_s": self.policy.config.aging_halflife_s,
                            "starving_halflife_s": self.policy.config.starving_halflife_s,
                            "points_per_doubling": self.cfg.ordering.points_per_doubling},
                 "inbox": [jd(j) for j in inp.inbox], "profiling": [jd(j) for j in inp.profiling],
                 "waiting": [jd(j) for j in decided],
-                "decisions": {"profile": [a for a, _ in plan.profile], "release": [a for a, _ in plan.release],
+                "decisions": {"profile": [a for a, _ in plan.profile], "lend": list(plan.lend),
+                              "release": [a for a, _ in plan.release],
                               "requeue": [a for a, _ in plan.requeue],
                               "site_factors": {str(j.job_id): plan.site_factors[j.job_id][0] for j in decided}
                               | {str(k): v[0] for k, v in plan.site_factors.items() if k in released}}}

@@ -293,7 +293,9 @@ def run_lucid_on_slurm(exp: Experiment, jobs, on_progress, variant: str) -> Simu
     opts = {k: exp.options.get(k) for k in ("tprof", "nprof", "cprof", "starvation_s", "aging_halflife_s",
                                             "starving_halflife_s", "points_per_doubling", "interval_s",
                                             "prof_capacity_gpus", "prof_burst_gpus", "prof_burst_queue",
-                                            "prof_max_job_share")}
+                                            "prof_max_job_share", "prof_lend",
+                                            "prof_long_tprof", "prof_long_share",
+                                            "prof_room_wait")}
     opts["profiling"] = not variant.endswith("-noprofiler") and bool(_option(exp, "profiling", True))
     live = live_config(opts)
     options = exp.options

@@ -49,7 +49,7 @@ from lucidd.policies.base import ClusterView, SchedulingView
 from lucidd.policies.slurm_backfill import SlurmBackfill
 from lucidd.simulator import SimulationError, _SortedJobs
 
-from .live import plan_profiling, site_factor
+from .live import plan_profiling, profiling_room_wait, site_factor
 from .policy import LucidConfig, LucidPolicy
 
 PROFILING = "profiling"
@@ -59,7 +59,7 @@ class _Rec:
     """What lucidd records about a job (the fields `plan_profiling` reads, as on JobRow)."""
 
     __slots__ = ("first_seen", "original_submit", "requested_partition", "target_partition", "estimate_s",
-                 "profile", "requeued_at", "profile_start")
+                 "profile", "requeued_at", "profile_start", "lent")
 
     def __init__(self, first_seen, original_submit, partition, estimate):
         self.first_seen = first_seen
@@ -70,6 +70,7 @@ class _Rec:
         self.profile = "pending"
         self.requeued_at = None
         self.profile_start = None  # the replay withdraws only jobs that never started in profiling
+        self.lent = False  # admitted on GPUs nobody waits for (its Tprof: long_tprof_s)
 
 
 class _Partition:
@@ -92,7 +93,8 @@ def live_config(options: dict | None = None):
 
     options (as `lucidctl simulate` and the tuner name them): tprof, nprof, cprof (0: no
     profiling), profiling (False: off), starvation_s, aging_halflife_s, starving_halflife_s, points_per_doubling,
-    interval_s, prof_capacity_gpus, prof_burst_gpus, prof_burst_queue, prof_max_job_share, skip_when_free."""
+    interval_s, prof_capacity_gpus, prof_burst_gpus, prof_burst_queue, prof_max_job_share, prof_lend,
+    skip_when_free."""
     o = {k: v for k, v in (options or {}).items() if v is not None}
     prof = {}
     if "tprof" in o:
@@ -109,6 +111,14 @@ def live_config(options: dict | None = None):
         prof["max_job_share"] = float(o["prof_max_job_share"])
     if "skip_when_free" in o:
         prof["skip_when_free"] = bool(o["skip_when_free"])
+    if "prof_lend" in o:
+        prof["lend_idle_gpus"] = bool(o["prof_lend"])
+    if "prof_long_tprof" in o:
+        prof["long_tprof_s"] = int(o["prof_long_tprof"])
+    if "prof_long_share" in o:
+        prof["long_share"] = float(o["prof_long_share"])
+    if "prof_room_wait" in o:
+        prof["room_wait_s"] = int(o["prof_room_wait"])
     if not o.get("profiling", True) or o.get("cprof") == 0:
         prof["enabled"] = False
     order = {}
@@ -165,6 +175,7 @@ class LucidOnSlurm:
         self.order_on = live.ordering.enabled
         # 0 off, 1 nobody queued in the partition, 2 and it fits on a node now ([profiler] skip_when_free)
         self.prof_gate = (2 if live.profiler.skip_when_free else 0) if prof_gate is None else int(prof_gate)
+        self.lend = bool(live.profiler.lend_idle_gpus)
         self.lucid = LucidPolicy(LucidConfig(starvation_s=live.ordering.starvation_s,
                                              aging_halflife_s=live.ordering.aging_halflife_s,
                                              starving_halflife_s=live.ordering.starving_halflife_s))
@@ -280,7 +291,9 @@ class LucidOnSlurm:
 
     # ----- profiling partition --------------------------------------------------------------
     def _start_profiling(self, t: int):
-        """PriorityTier=2: admitted jobs take the best-fitting node anywhere, before any partition."""
+        """PriorityTier=2: admitted jobs take the best-fitting node anywhere, before any partition; a
+        job admitted on borrowed GPUs only on the nodes of the partitions lucidd lent it (ExcNodeList
+        excludes the others)."""
         if not self.prof_pending:
             return
         left = []
@@ -288,7 +301,8 @@ class LucidOnSlurm:
             job = self.by_seq[seq]
             g = job.gpu_num
             best = None
-            for part in self.parts.values():
+            allowed = job.attrs.get("_lent_to")
+            for part in (self.parts.values() if allowed is None else (self.parts[n] for n in allowed)):
                 gpn = part.vc.gpus_per_node
                 if g > gpn:
                     continue
@@ -321,6 +335,8 @@ class LucidOnSlurm:
             self.stats.max_profiling_wait_s = max(self.stats.max_profiling_wait_s, wait)
             heapq.heappush(self._heap, (t + job.duration, job.seq, 1, copy))
             self._want_cycle(self._next_cycle(t + self.p.tprof_s))  # lucidd checks Tprof at its cycles
+            if self.p.long_tprof_s > self.p.tprof_s:  # ... and the long runs' Tprof
+                self._want_cycle(self._next_cycle(t + self.p.long_tprof_s))
         self.prof_pending = left
 
     def _end_profiling_run(self, copy: Job, t: int):
@@ -353,8 +369,23 @@ class LucidOnSlurm:
             self.requeued = [s for s in self.requeued if s not in gone]
         queued, free = self._gate_view()
         plan = plan_profiling(self.p, self.interval, now, list(self.inbox.values()), list(self.prof.values()),
-                              recs, self.prof_gpus, queued=queued, free=free)
+                              recs, self.prof_gpus, queued=queued, free=free, lendable=self._lendable_view())
         return plan, releasing
+
+    def _idle_parts(self) -> list[str]:
+        return [name for name, part in self.parts.items() if not part.pending]
+
+    def _lendable_view(self) -> tuple[int, int]:
+        """What the daemon computes for lending (DecisionInput.lendable_gpus, .lendable_node_gpus): the
+        free GPUs on the nodes of partitions nobody waits in, and the most on one such node."""
+        if not self.lend:
+            return 0, 0
+        gpus = most = 0
+        for name in self._idle_parts():
+            part = self.parts[name]
+            gpus += sum(part.vc.free)
+            most = max(most, max(part.vc.free, default=0))
+        return gpus, most
 
     def _gate_view(self) -> tuple[dict | None, dict | None]:
         """What the profiling gate reads (DecisionInput.queued, .free_gpus): jobs pending per
@@ -392,6 +423,8 @@ class LucidOnSlurm:
             self._set_site_factor(job, now)
             job.attrs["_ready"] = t + self.restart_s
             heapq.heappush(self._ready, (t + self.restart_s, seq))
+        lent_to = tuple(self._idle_parts()) if plan.lend else ()
+        lent = set(plan.lend)
         for seq, reason in plan.profile:
             lj = self.inbox.pop(seq)
             lj.partition = PROFILING
@@ -401,6 +434,8 @@ class LucidOnSlurm:
             job.attrs["profiled"] = True
             job.attrs["profile_reason"] = reason
             job.attrs["_admitted"] = t
+            job.attrs["_lent_to"] = lent_to if seq in lent else None
+            recs[seq].lent = seq in lent
             self.prof_pending.append(seq)
             self.stats.profiled += 1
         if plan.profile:
@@ -425,7 +460,7 @@ class LucidOnSlurm:
         # jobs still waiting for profiling room, or admitted and not yet started there: look again when
         # their wait passes 2 x Tprof (any older one left this cycle)
         for seq in (*self.prof_pending, *self.inbox):
-            self._want_cycle(self._cycle_after(recs[seq].first_seen - self.off + 2 * self.p.tprof_s))
+            self._want_cycle(self._cycle_after(recs[seq].first_seen - self.off + profiling_room_wait(self.p)))
 
     # ----- the loop ------------------------------------------------------------------------
     def _init_state(self):
@@ -439,6 +474,7 @@ class LucidOnSlurm:
         for job in self.jobs:
             job.reset()
             job.attrs["submitted"] = job.submit_time
+            job.attrs["_lent_to"] = None
             job.attrs.update(profiled=False, profiler_finished=False, profiler_start=None, profiler_end=None,
                              packed_with=None, share_score=None)
             gpn = self.parts[job.vc].vc.gpus_per_node if job.vc in self.parts else 8
@@ -465,6 +501,8 @@ class LucidOnSlurm:
                     continue  # a requeued profiling run
                 if kind == 0:
                     self._finish_main(job, end)
+                    if self.lend and self.inbox:  # GPUs nobody waits for may be lent at the next cycle
+                        self._want_cycle(self._next_cycle(end))
                     continue
                 self._end_profiling_run(job, end)
                 orig = job.attrs["original"]
@@ -580,7 +618,11 @@ def replay_cycle(recorded: dict, live=None) -> dict:
                             "prof_capacity_gpus": c.get("capacity_gpus", 0),
                             "prof_burst_gpus": c.get("burst_capacity_gpus", 0),
                             "prof_burst_queue": c.get("burst_queue", 10),
-                            "prof_max_job_share": c.get("max_job_share", 1.0)})
+                            "prof_max_job_share": c.get("max_job_share", 1.0),
+                            # records before lending: off
+                            "prof_lend": c.get("lend_idle_gpus", False),
+                            "prof_long_tprof": c.get("long_tprof_s", 0),
+                            "prof_long_share": c.get("long_share", 0.0)})
     now = int(recorded["now"])
     entries = [("inbox", d) for d in recorded["inbox"]] + [("profiling", d) for d in recorded["profiling"]] + \
         [("waiting", d) for d in recorded["waiting"]]
@@ -600,6 +642,8 @@ def replay_cycle(recorded: dict, live=None) -> dict:
     if sim.prof_gate:  # the partitions' queues and free GPUs as the daemon saw them
         queued, free = dict(recorded.get("queued") or {}), dict(recorded.get("free_gpus") or {})
         sim._gate_view = lambda: (queued, free)
+    lendable = tuple(recorded.get("lendable") or (0, 0))
+    sim._lendable_view = lambda: lendable if sim.lend else (0, 0)
     for kind, d in entries:
         seq = int(d["job_id"])
         lj = sim.live_jobs[seq]
@@ -612,6 +656,7 @@ def replay_cycle(recorded: dict, live=None) -> dict:
         r.first_seen = d.get("first_seen") if d.get("first_seen") is not None else now
         r.profile = d.get("profile") or "pending"
         r.profile_start = d.get("profile_start")
+        r.lent = bool(d.get("lent"))
         if kind == "inbox":
             sim.inbox[seq] = lj
         elif kind == "profiling":
@@ -622,5 +667,5 @@ def replay_cycle(recorded: dict, live=None) -> dict:
     for kind, d in entries:
         if kind == "waiting" or int(d["job_id"]) in released:
             factors[str(d["job_id"])] = sim.site_factor_of(sim.by_seq[int(d["job_id"])], now)[0]
-    return {"profile": [jid for jid, _ in plan.profile], "release": sorted(released),
+    return {"profile": [jid for jid, _ in plan.profile], "lend": list(plan.lend), "release": sorted(released),
             "requeue": sorted(jid for jid, _ in plan.requeue), "site_factors": factors}

@@ -59,6 +59,9 @@ class LiveJob:
     array_pending: bool = False  # a not yet split array record (one record for many tasks)
     priority: int = 1  # 0: held (by its user or an admin)
     dependency: str = ""  # sbatch --dependency, as Slurm reports it ("" when none is left)
+    required_nodes: str = ""  # sbatch --nodelist, as Slurm reports it
+    excluded_nodes: str = ""  # sbatch --exclude, or the ExcNodeList lucidd set to steer a borrowed run
+    node_names: tuple = ()  # the nodes it runs on (empty while pending)
 
     @property
     def pending(self) -> bool:
@@ -133,7 +136,9 @@ class Backend:
         """Jobs that ended since `since` (accounting), as plain trace rows."""
         raise NotImplementedError
 
-    def move(self, job_ids, partition: str, start_now: bool = False) -> None:
+    def move(self, job_ids, partition: str, start_now: bool = False, exclude: str | None = None) -> None:
+        """Set the jobs' partition (and BeginTime=now); `exclude`: also set their ExcNodeList to these
+        nodes ("": clear it; None: leave it as it is)."""
         raise NotImplementedError
 
     def requeue(self, job_id) -> None:

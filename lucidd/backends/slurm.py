@@ -179,6 +179,18 @@ def job_gpus(rec: dict) -> int:
     return per_node * max(1, json_int(rec.get("node_count"), 1) or 1)
 
 
+def job_node_names(rec: dict) -> tuple:
+    """The nodes a job was given (squeue --json's job_resources; empty while pending)."""
+    res = rec.get("job_resources") or {}
+    names = [n.get("nodename") for n in (res.get("allocated_nodes") or []) if isinstance(n, dict)]
+    names = [n for n in names if n]
+    if names:
+        return tuple(names)
+    nodes = rec.get("nodes") or ""
+    # a single plain name only: a compressed list (gpu[1-3]) is a multi-node job, never profiled
+    return (nodes,) if nodes and not any(c in nodes for c in "[],") else ()
+
+
 def parse_job(rec: dict) -> LiveJob:
     state = rec.get("job_state") or ""
     if isinstance(state, list):  # newer Slurm returns a list of flags
@@ -208,6 +220,9 @@ def parse_job(rec: dict) -> LiveJob:
         array_pending=bool(array_str),  # only a not yet split array record has a task string ('1-9', '1,3,5')
         priority=json_int(rec.get("priority"), 1),
         dependency=rec.get("dependency") or "",
+        required_nodes=rec.get("required_nodes") or "",
+        excluded_nodes=rec.get("excluded_nodes") or "",
+        node_names=job_node_names(rec),
     )
 
 
@@ -309,11 +324,13 @@ class SlurmBackend(Backend):
         return [r for r in sacct_rows(data) if r["end_time"] and r["state"] not in ("RUNNING", "PENDING",
                                                                                      "REQUEUED", "SUSPENDED")]
 
-    def move(self, job_ids, partition: str, start_now: bool = False) -> None:
+    def move(self, job_ids, partition: str, start_now: bool = False, exclude: str | None = None) -> None:
         ids = ",".join(str(int(j)) for j in job_ids)
         argv = ["scontrol", "update", f"jobid={ids}", f"partition={partition}"]
         if start_now:
             argv.append("starttime=now")
+        if exclude is not None:  # one update: the job never sits in the new partition unsteered
+            argv.append(f"excnodelist={exclude}")
         self.runner.run(argv)
 
     def requeue(self, job_id) -> None:

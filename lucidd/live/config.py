@@ -70,6 +70,20 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "skip_when_free": Key(bool, True, "a job that would start at once (nobody waits in its partition and "
                                           "one of its nodes has its GPUs free) skips profiling: there it could "
                                           "only be delayed"),
+        # Measured on the load sweep (docs/lucid.md, "Lending idle GPUs to profiling"): the profiling
+        # partition spans every node, so a short job of a busy partition can end on GPUs another
+        # partition leaves idle; capped at 3 %, most such GPUs stayed idle.
+        "lend_idle_gpus": Key(bool, False, "beyond the capacity, profiling may also use the GPUs free on nodes "
+                                          "whose partitions nobody waits in; lucidd steers those runs onto "
+                                          "them (ExcNodeList) and they are still requeued at Tprof"),
+        "long_tprof_s": Key(int, 0, "Tprof of a run admitted on GPUs nobody waits for (lend_idle_gpus), and "
+                                    "of the oldest other runs while those past tprof_s hold at most long_share "
+                                    "of the profiling partition's GPUs (0: tprof_s for every run)",
+                            min=0, max=7 * 86400),
+        "long_share": Key(float, 0.03, "share of the profiling partition's GPUs that runs past tprof_s (not "
+                                       "on borrowed GPUs) may hold, up to long_tprof_s", min=0.0, max=1.0),
+        "room_wait_s": Key(int, 0, "how long a job waits for profiling room before it goes to its partition "
+                                   "unprofiled (0: 2 x tprof_s)", min=0, max=7 * 86400),
         "exempt_users": Key(_STR_LIST, [], "users whose jobs skip profiling"),
         "exempt_accounts": Key(_STR_LIST, [], "accounts whose jobs skip profiling"),
         "exempt_partitions": Key(_STR_LIST, [], "requested partitions whose jobs skip profiling"),

@@ -11,8 +11,10 @@ traps) and lucidd's state; it does not know Lucid. Decisions come from a *decide
 3. Requeue mechanics: a profiled job that lucidd requeued is moved to its partition with
    `starttime=now` only once it is PENDING and the requeue is at least one whole second old
    (Slurm kills a job restarted within the same second as FAILED).
-4. The decider: admit to profiling (least GPUs first, within capacity), release to the partition
-   without profiling, requeue at Tprof, SiteFactor per pending job.
+4. The decider: admit to profiling (least GPUs first, within capacity, or on GPUs nobody waits
+   for: those moves carry an ExcNodeList of the other nodes), release to the partition without
+   profiling, requeue at Tprof, SiteFactor per pending job. A job leaving profiling loses the
+   ExcNodeList lucidd gave it.
 5. Apply: every action is written first (with an idempotency key), then sent to Slurm, then
    marked applied; a key already applied is never sent again, and each action re-checks the
    job's live state, so a restart never requeues a job twice.
@@ -47,11 +49,16 @@ class DecisionInput:
     profiling_gpus: int  # usable GPUs of the profiling partition's nodes
     queued: dict = field(default_factory=dict)  # partition -> jobs pending there (waiting, by partition)
     free_gpus: dict = field(default_factory=dict)  # partition -> most free GPUs on one of its usable nodes
+    # GPUs profiling may borrow ([profiler] lend_idle_gpus): free on usable nodes whose managed
+    # partitions nobody waits in; and the most on one such node (a lent run needs them on one node)
+    lendable_gpus: int = 0
+    lendable_node_gpus: int = 0
 
 
 @dataclass
 class Plan:
     profile: list = field(default_factory=list)  # [(job_id, reason)]
+    lend: list = field(default_factory=list)  # [job_id]: of `profile`, those admitted on borrowed GPUs
     release: list = field(default_factory=list)  # [(job_id, reason)]: skip profiling
     requeue: list = field(default_factory=list)  # [(job_id, reason)]: Tprof reached
     abandon: list = field(default_factory=list)  # [(job_id, reason)]: leave to finish in profiling
@@ -228,7 +235,9 @@ class Reconciler:
             if n.usable:
                 for part in n.partitions:
                     free[part] = max(free.get(part, 0), n.gpus - n.used)
-        inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus, queued, free)
+        lend_gpus, lend_node, self._not_lendable = self._lendable(snap, queued)
+        inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus, queued, free,
+                            lend_gpus, lend_node)
         plan = self.decider.decide(inp)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
         recorded = self.decider.record(inp, plan)
@@ -252,6 +261,28 @@ class Reconciler:
         elif inbox is None and not self.dry_run:
             log.error("partition %s does not exist: new jobs bypass lucidd (docs/deploy.md)", self.inbox)
         return n, recorded
+
+    def _lendable(self, snap, queued: dict) -> tuple[int, int, list]:
+        """GPUs profiling may borrow ([profiler] lend_idle_gpus): the free GPUs on usable nodes of the
+        profiling partition whose managed partitions nobody waits in, the most on one such node, and
+        the profiling partition's other nodes, which a lent run is kept off (its ExcNodeList)."""
+        if not getattr(self.cfg.profiler, "lend_idle_gpus", False):
+            return 0, 0, []
+        gpus = most = 0
+        others = []
+        for name, n in sorted(snap.nodes.items()):
+            if self.profiling not in n.partitions:
+                continue
+            busy = any(queued.get(p, 0) for p in n.partitions if self.is_managed(p))
+            if not n.usable or busy:
+                others.append(name)
+                continue
+            free = max(0, n.gpus - n.used)
+            gpus += free
+            most = max(most, free)
+        if not gpus:
+            return 0, 0, []
+        return gpus, most, others  # others empty: every node is lendable, no steering needed
 
     def _open_records(self) -> dict:
         """Jobs not yet ended, kept in memory between cycles (lucidd is their only writer) and
@@ -375,25 +406,40 @@ class Reconciler:
         for j in releasing:
             r = records[j.job_id]
             reason = f"profiled for {self.cfg.profiler.tprof_s} s and requeued; runs in {r.target_partition}"
+            # a borrowed run's ExcNodeList goes with it: its partition's nodes may be among those excluded
+            clear = "" if j.excluded_nodes else None
             item = (f"release:{j.job_id}:profiled", j.job_id, "release",
-                    {"partition": r.target_partition, "starttime": "now"}, reason)
-            if self._act_batch([item], lambda ids, r=r: self.backend.move(ids, r.target_partition, start_now=True),
+                    {"partition": r.target_partition, "starttime": "now"} | ({"excnodelist": ""} if clear == "" else {}),
+                    reason)
+            if self._act_batch([item], lambda ids, r=r, clear=clear: self.backend.move(ids, r.target_partition,
+                                                                                          start_now=True, exclude=clear),
                                now, applied=applied):
                 r.profile, r.phase, r.released_at = "released", "released", now
                 changed[j.job_id] = r
                 n += 1
-        # inbox -> profiling, one call for all
-        items, reasons = [], {}
+        # inbox -> profiling, one call for all; jobs on borrowed GPUs in a second call that also keeps
+        # them off the nodes of partitions where someone waits (ExcNodeList)
+        items, lent_items, reasons = [], [], {}
+        lent = set(plan.lend)
+        exclude = ",".join(getattr(self, "_not_lendable", []) or [])
         for jid, reason in plan.profile:
             j, r = seen.get(jid), records.get(jid)
             if j is None or r is None or (j.partition != self.inbox and not self.dry_run) or not j.pending:
                 continue
-            items.append((f"profile:{jid}", jid, "profile", {"partition": self.profiling}, reason))
+            if jid in lent and exclude:
+                lent_items.append((f"profile:{jid}", jid, "profile", {"partition": self.profiling,
+                                                                      "excnodelist": exclude}, reason))
+            else:
+                items.append((f"profile:{jid}", jid, "profile", {"partition": self.profiling}, reason))
             reasons[jid] = reason
-        for jid in self._act_batch(items, lambda ids: self.backend.move(ids, self.profiling), now, applied=applied):
+        admitted = self._act_batch(items, lambda ids: self.backend.move(ids, self.profiling), now, applied=applied)
+        admitted |= self._act_batch(lent_items, lambda ids: self.backend.move(ids, self.profiling, exclude=exclude),
+                                    now, applied=applied)
+        for jid in admitted:
             r = records[jid]
             r.profile, r.phase, r.profile_reason, r.restarts = "admitted", "profiling", reasons[jid], \
                 seen[jid].restart_count
+            r.lent = jid in lent
             changed[jid] = r
             n += 1
         # inbox -> partition (no profiling), one call per partition; also jobs admitted to profiling
@@ -406,12 +452,15 @@ class Reconciler:
             from_profiling = j.partition == self.profiling and r.profile == "admitted" and r.profile_start is None
             if j.partition != self.inbox and not from_profiling and not self.dry_run:
                 continue
-            by_target.setdefault(r.target_partition, []).append(
-                (f"release:{jid}:direct", jid, "release", {"partition": r.target_partition}, reason))
+            # a job withdrawn from borrowed GPUs leaves its ExcNodeList behind (one call per such job group)
+            clear = from_profiling and bool(j.excluded_nodes)
+            args = {"partition": r.target_partition} | ({"excnodelist": ""} if clear else {})
+            by_target.setdefault((r.target_partition, clear), []).append(
+                (f"release:{jid}:direct", jid, "release", args, reason))
             reasons[jid] = reason
-        for target, items in by_target.items():
-            for jid in self._act_batch(items, lambda ids, target=target: self.backend.move(ids, target), now,
-                                       applied=applied):
+        for (target, clear), items in by_target.items():
+            for jid in self._act_batch(items, lambda ids, target=target, clear=clear: self.backend.move(
+                    ids, target, exclude="" if clear else None), now, applied=applied):
                 r = records[jid]
                 r.profile, r.phase, r.profile_reason, r.released_at = "skipped", "released", reasons[jid], now
                 changed[jid] = r
@@ -489,11 +538,20 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time) -> list[s
             if now < (j.submit_time or 0) + 1:  # the same-second trap: Slurm would kill it
                 time.sleep(1.1)
             try:
-                backend.move([j.job_id], target, start_now=True)
+                # a borrowed run's ExcNodeList (lucidd's: jobs with a user's own are never profiled) is
+                # cleared, or its partition's nodes could stay excluded
+                backend.move([j.job_id], target, start_now=True, exclude="" if j.excluded_nodes else None)
                 lines.append(f"released requeued job {j.job_id} from {s.profiling_partition} to {target}")
             except BackendError as exc:
                 lines.append(f"requeued job {j.job_id} left in {s.profiling_partition} ({exc}); "
                              "Slurm restarts it there")
+        elif j.partition == s.profiling_partition and j.pending and j.excluded_nodes:
+            # admitted on borrowed GPUs, not started: without lucidd nobody lends, so it may start anywhere
+            try:
+                backend.move([j.job_id], s.profiling_partition, exclude="")
+                lines.append(f"cleared the ExcNodeList lucidd gave job {j.job_id} in {s.profiling_partition}")
+            except BackendError as exc:
+                lines.append(f"job {j.job_id}: ExcNodeList left as it is ({exc})")
     inbox = snap.partitions.get(s.inbox_partition)
     if inbox is not None and not inbox.up:
         backend.set_partition_up(s.inbox_partition, True)

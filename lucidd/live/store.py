@@ -21,7 +21,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from ..errors import LucidError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: jobs.lent
 
 
 class StoreError(LucidError):
@@ -66,6 +66,9 @@ class JobRow(Base):
     # when Slurm started it: how many jobs of its partition that lucidd ranked ahead of it were still
     # waiting (0: Slurm followed lucidd's order for this job; backfill and other factors can jump)
     started_ahead_of: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # admitted to profiling on GPUs nobody waited for ([profiler] lend_idle_gpus): its Tprof is
+    # long_tprof_s, and lucidd set its ExcNodeList (cleared when it leaves profiling)
+    lent: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class ActionRow(Base):
@@ -162,10 +165,24 @@ class Store:
     def create(self):
         with self._guard("create tables"):
             Base.metadata.create_all(self.engine)
+            self._upgrade()
             with self.session() as s:
-                if s.get(MetaRow, "schema_version") is None:
+                row = s.get(MetaRow, "schema_version")
+                if row is None:
                     s.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
+                elif row.value != str(SCHEMA_VERSION):
+                    row.value = str(SCHEMA_VERSION)
         return self
+
+    def _upgrade(self):
+        """Columns added since schema 1, added to a database an older lucidd created (create_all
+        makes missing tables only). Each is nullable or has a default, so old rows stay valid."""
+        from sqlalchemy import inspect
+
+        have = {c["name"] for c in inspect(self.engine).get_columns("jobs")}
+        with self.engine.begin() as c:
+            if "lent" not in have:
+                c.exec_driver_sql("ALTER TABLE jobs ADD COLUMN lent BOOLEAN DEFAULT FALSE")
 
     @contextmanager
     def _guard(self, what):

@@ -117,6 +117,74 @@ def test_a_job_that_would_start_at_once_skips_profiling(tmp_path):
     assert ids(off.decide(x).profile) == [1, 2] and off.decide(x).release == []
 
 
+def test_jobs_that_fit_on_gpus_nobody_waits_for_are_lent_them(tmp_path):
+    """[profiler] lend_idle_gpus: 20 GPUs free on nodes of partitions nobody waits in,
+    at most 8 on one node. Least-GPUs-first, a job that fits on one such node is admitted there (lent,
+    outside the capacity of 8) while they last; the next one within the capacity."""
+    decider = LucidDecider(make_cfg(tmp_path, profiler={"lend_idle_gpus": True}))
+    x = inp([lj(1, 4), lj(2, 1), lj(3, 2), lj(4, 8), lj(5, 1), lj(6, 8), lj(7, 8)])
+    x.lendable_gpus, x.lendable_node_gpus = 20, 8
+    plan = decider.decide(x)
+    assert ids(plan.profile) == [2, 5, 3, 1, 4, 6]  # lent 1+1+2+4+8 = 16 of 20; 6 in the capacity; 7 neither
+    assert plan.lend == [2, 5, 3, 1, 4]
+    assert "GPUs nobody waits for" in reasons(plan.profile)[4] and "16 of the 20" in reasons(plan.profile)[4]
+    assert "least-GPUs-first, 8/8" in reasons(plan.profile)[6]
+    # most free on one such node: 2 -> the 1- and 2-GPU jobs are lent; the 4-GPU job fits the capacity,
+    # the 8-GPU jobs neither (4 + 8 > 8)
+    x.lendable_node_gpus = 2
+    plan = decider.decide(x)
+    assert ids(plan.profile) == [2, 5, 3, 1] and plan.lend == [2, 5, 3]
+    assert "least-GPUs-first, 4/8" in reasons(plan.profile)[1]
+    # lent jobs admitted and not yet started claim those GPUs; lent runs hold no capacity
+    waiting = lj(30, 8, partition="profiling")
+    running = lj(31, 8, partition="profiling", state="RUNNING", start_time=NOW - 10)
+    records = {30: rec(waiting, profile="admitted", phase="profiling"),
+               31: rec(running, profile="admitted", phase="profiling")}
+    records[30].lent = records[31].lent = True
+    y = inp([lj(1, 4), lj(2, 1), lj(6, 8)], profiling=[waiting, running], records=records)
+    y.lendable_gpus, y.lendable_node_gpus = 10, 8
+    plan = decider.decide(y)
+    assert plan.lend == [2] and ids(plan.profile) == [2, 1]  # 8 + 1 of 10 lent; 4 within the capacity
+    # nothing to lend: the capacity alone, as before
+    x.lendable_gpus = x.lendable_node_gpus = 0
+    assert ids(decider.decide(x).profile) == [2, 5, 3, 1] and decider.decide(x).lend == []
+
+
+def test_lending_off(tmp_path):
+    d = LucidDecider(make_cfg(tmp_path))  # the default
+    x = inp([lj(1, 4), lj(2, 8)])
+    x.lendable_gpus, x.lendable_node_gpus = 64, 8
+    plan = d.decide(x)
+    assert ids(plan.profile) == [1] and plan.lend == []
+
+
+@pytest.mark.parametrize("kw", [{"required_nodes": "gpu1"}, {"excluded_nodes": "gpu2,gpu3"}])
+def test_a_job_that_names_its_nodes_is_not_profiled(decider, kw):
+    """lucidd sets and clears ExcNodeList on lent runs: a user's own node choice would be lost."""
+    plan = decider.decide(inp([lj(1, 1, **kw)]))
+    assert ids(plan.release) == [1] and "particular nodes" in reasons(plan.release)[1]
+
+
+def test_long_runs_lent_ones_and_the_oldest_within_long_share(tmp_path):
+    """long_tprof_s 1000 s, long_share 0.25 of 32 GPUs = 8: a lent run is requeued at 1000 s; of the
+    others past Tprof, the oldest go on while they hold at most 8 GPUs (the rest are requeued at Tprof),
+    and every one at 1000 s."""
+    d = LucidDecider(make_cfg(tmp_path, profiler={"long_tprof_s": 1000, "long_share": 0.25}))
+    running = {jid: lj(jid, g, partition="profiling", state="RUNNING", start_time=NOW - ran)
+               for jid, g, ran in ((1, 4, 900), (2, 4, 500), (3, 2, TPROF + 30), (4, 2, TPROF), (5, 1, 900), (6, 1, 1000))}
+    records = {jid: rec(j, profile="admitted", phase="profiling") for jid, j in running.items()}
+    records[5].lent = True  # lent: its own Tprof is long_tprof_s
+    records[6].lent = True
+    plan = d.decide(inp(profiling=list(running.values()), records=records))
+    # oldest first past Tprof: 1 (4 GPUs, 900 s) and 2 (4 GPUs) fill the 8; 3 and 4 are requeued at Tprof;
+    # lent 5 (900 s) goes on, lent 6 reached 1000 s
+    assert sorted(ids(plan.requeue)) == [3, 4, 6]
+    assert "Tprof 1000 s" in reasons(plan.requeue)[6] and f"Tprof {TPROF} s" in reasons(plan.requeue)[3]
+    # the default (long_tprof_s 0): Tprof for every run (those far past it were left while lucidd was away)
+    plain = LucidDecider(make_cfg(tmp_path)).decide(inp(profiling=list(running.values()), records=records))
+    assert sorted(ids(plain.requeue)) == [3, 4] and sorted(ids(plain.abandon)) == [1, 2, 5, 6]
+
+
 def test_strict_order_nothing_bigger_jumps_ahead(decider):
     # 6 of 8 GPUs are in use, 2 are left. Two 3-GPU jobs: neither fits, nothing is admitted. Then 1, 3, 1 GPUs:
     # least-GPUs-first puts both 1-GPU jobs ahead of the 3-GPU one, and they fill the 2 GPUs left.
@@ -481,9 +549,9 @@ def test_record_is_json_and_carries_the_config(decider):
     assert back["inbox"][0]["name"] == 'a "b"\nc ✓'
     assert back["config"] == {"tprof_s": TPROF, "nprof_gpus": 8, "skip_when_free": True, "capacity_gpus": 0,
                               "burst_capacity_gpus": 0, "burst_queue": 10, "max_job_share": 1.0,
-                              "starvation_s": 12 * 3600, "aging_halflife_s": 0, "starving_halflife_s": 3600,
+                              "lend_idle_gpus": False, "long_tprof_s": 0, "long_share": 0.03, "starvation_s": 12 * 3600, "aging_halflife_s": 0, "starving_halflife_s": 3600,
                               "points_per_doubling": 1000}
-    assert back["now"] == NOW and back["profiling_gpus"] == 32
+    assert back["now"] == NOW and back["profiling_gpus"] == 32 and back["lendable"] == [0, 0]
 
 
 @pytest.mark.parametrize("kw,why", [({"priority": 0}, "held"), ({"reason": "JobHeldUser"}, "held"),

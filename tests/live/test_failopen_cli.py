@@ -99,6 +99,35 @@ def test_requeued_profiling_jobs_go_to_their_partition_starting_now(setup):
     ]
 
 
+def test_excnodelists_lucidd_set_for_lent_runs_are_cleared(setup, tmp_path):
+    """squeue_requeued.json with ExcNodeLists as lucidd sets them on lent runs (edited copy): the
+    requeued job 14 leaves profiling with its list cleared in the same call; job 16, admitted on lent
+    GPUs and not started (restart_cnt 0), stays in profiling with its list cleared, so it may start on
+    any node now that nobody lends."""
+    import json
+
+    from .fakeslurm import DATA
+
+    data = json.loads((DATA / "squeue_requeued.json").read_text())
+    jobs = {j["job_id"]: j for j in data["jobs"]}
+    jobs[14]["excluded_nodes"] = "gpu3,gpu4"
+    lent = dict(jobs[14], job_id=16, restart_cnt=0, excluded_nodes="gpu1")
+    data["jobs"].append(lent)
+    edited = tmp_path / "squeue.json"
+    edited.write_text(json.dumps(data))
+    fake, cfg, hb = setup
+    fake.cluster(squeue="squeue_requeued.json", partitions="partitions_inbox_down.txt")
+    fake.prints("squeue", edited)
+    r = run(cfg)
+    assert r.returncode == 0, r.stderr
+    assert fake.calls() == SNAPSHOT + [
+        ["scontrol", "update", "jobid=14", "partition=main", "starttime=now", "excnodelist="],
+        ["scontrol", "update", "jobid=15", "partition=research", "starttime=now"],
+        ["scontrol", "update", "jobid=16", "partition=profiling", "excnodelist="],
+        ["scontrol", "update", "partitionname=inbox", "state=UP"],
+    ]
+
+
 def test_open_inbox_and_nothing_held_changes_nothing(setup):
     fake, cfg, hb = setup
     fake.cluster(squeue="squeue_running.json", partitions="partitions_inbox_up.txt")

@@ -56,6 +56,10 @@ def test_squeue_running_reply():
     for i in (24, 25, 26):
         assert jobs[i].partition == "main" and jobs[i].active
     assert jobs[25].gpus == 16 and jobs[24].requeue is False
+    # the nodes each runs on (job_resources), what lending counts per node
+    assert jobs[19].node_names == ("gpu1",) and jobs[22].node_names == ("gpu2",)
+    assert jobs[25].node_names == ("gpu3", "gpu4")
+    assert jobs[19].excluded_nodes == "" and jobs[19].required_nodes == ""
 
 
 def test_squeue_after_requeue_reply():
@@ -431,6 +435,8 @@ def test_write_commands(fake):
     b = SlurmBackend(SlurmRunner(bin_dir=str(fake.bin)))
     b.move([11, "12"], "profiling")
     b.move([14], "main,research", start_now=True)
+    b.move([15, 16], "profiling", exclude="gpu3,gpu4")
+    b.move([15], "main", start_now=True, exclude="")
     b.requeue(14)
     b.set_site_factor([33, 34], 999_000_000)
     b.set_partition_up("inbox", True)
@@ -438,6 +444,8 @@ def test_write_commands(fake):
     assert fake.calls() == [
         ["scontrol", "update", "jobid=11,12", "partition=profiling"],
         ["scontrol", "update", "jobid=14", "partition=main,research", "starttime=now"],
+        ["scontrol", "update", "jobid=15,16", "partition=profiling", "excnodelist=gpu3,gpu4"],
+        ["scontrol", "update", "jobid=15", "partition=main", "starttime=now", "excnodelist="],
         ["scontrol", "requeue", "14"],
         ["scontrol", "update", "jobid=33,34", "sitefactor=999000000"],
         ["scontrol", "update", "partitionname=inbox", "state=UP"],

@@ -85,6 +85,20 @@ def test_create_is_idempotent_and_records_the_schema_version(store):
     store.ping()
 
 
+def test_a_database_of_schema_1_gains_the_lent_column(store):
+    """An older lucidd's database (no jobs.lent) is upgraded in place by create(); its rows read
+    lent = False and the new column is written like any other."""
+    store.save_jobs([job(1, phase="profiling", profile="admitted")])
+    with store.engine.begin() as c:
+        c.exec_driver_sql("ALTER TABLE jobs DROP COLUMN lent")
+        c.exec_driver_sql("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    store.create()
+    assert store.get_meta("schema_version") == str(SCHEMA_VERSION)
+    assert store.job(1).lent is False and store.job(1).profile == "admitted"
+    store.save_jobs([job(2, lent=True)])
+    assert store.job(2).lent is True
+
+
 def test_sqlite_creates_its_directory(tmp_path):
     path = tmp_path / "a" / "b" / "lucidd.db"
     Store(f"sqlite:///{path}").create()

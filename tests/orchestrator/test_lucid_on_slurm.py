@@ -33,6 +33,7 @@ def replay(rows, nodes=1, gpn=8, vcs=None, rule="exact", **opts):
     spec = ClusterSpec({v: VCSpec(v, n, gpn) for v, n in (vcs or {"a": nodes}).items()})
     gate = bool(opts.pop("prof_gate", False))
     opts.setdefault("tprof", 200)  # these cases are written for a Tprof of 200 s
+    opts.setdefault("prof_lend", 0)  # ... and for the capacity alone (lending has its own cases)
     live = live_config(opts)
 
     def make(priority):
@@ -44,7 +45,7 @@ def replay(rows, nodes=1, gpn=8, vcs=None, rule="exact", **opts):
                           "end": [j.end_time for j in jobs], "queue": [j.queue for j in jobs],
                           "submit": [j.submit_time for j in jobs]}).set_index("job_id")
     for key in ("profiled", "profiler_finished", "profiler_start", "profiler_end", "site_factor", "decision",
-                "profile_reason"):
+                "profile_reason", "profiler_node"):
         frame[key] = [j.attrs.get(key) for j in jobs]
     frame["main_start"] = [j.attrs.get("_main_start") for j in jobs]
     return frame, stats
@@ -191,6 +192,27 @@ def _rec(j, estimate, target="main", profile="pending", phase="inbox", first_see
                   restarts=j.restart_count)
 
 
+def test_lent_profiling_runs_on_gpus_nobody_waits_for():
+    # a (1 node) holds fill (6 GPUs) and big waits there (8 GPUs > Nprof 4: never profiled); b (1 node)
+    # is idle. p (a, 1 GPU) is profiled: lent, it runs on b's node; with the capacity alone (anywhere,
+    # best fit) it takes one of a's 2 free GPUs.
+    rows = [("fill", 6, 0, 10_000, 10_000, "a"), ("big", 8, 15, 100, 100, "a"), ("p", 1, 25, 150, 150, "a")]
+    r, _ = replay(rows, vcs={"a": 1, "b": 1}, nprof=4, prof_lend=1)
+    assert r.loc["p", "profiled"] and r.loc["p", "profiler_finished"]
+    assert r.loc["p", "profiler_node"] == "b:0"
+    r0, _ = replay(rows, vcs={"a": 1, "b": 1}, nprof=4, prof_lend=0)
+    assert r0.loc["p", "profiler_finished"] and r0.loc["p", "profiler_node"] == "a:0"
+
+
+def test_long_runs_in_the_replay():
+    # long_tprof_s 1000: a lent run of 800 s ends in profiling; with the default it is requeued at Tprof
+    rows = [("fill", 6, 0, 10_000, 10_000, "a"), ("big", 8, 15, 100, 100, "a"), ("p", 1, 25, 800, 800, "a")]
+    r, _ = replay(rows, vcs={"a": 1, "b": 1}, nprof=4, prof_lend=1, prof_long_tprof=1000)
+    assert r.loc["p", "profiler_finished"] and r.loc["p", "end"] == 30 + 800
+    r, _ = replay(rows, vcs={"a": 1, "b": 1}, nprof=4, prof_lend=1)
+    assert not r.loc["p", "profiler_finished"] and r.loc["p", "profiler_end"] == 30 + 200
+
+
 def test_a_recorded_live_cycle_gives_the_same_decisions_in_the_simulator(tmp_path):
     cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)},
                             "profiler": {"tprof_s": 200, "capacity_gpus": 6, "max_job_share": 0.5}})
@@ -230,6 +252,31 @@ def test_a_recorded_live_cycle_gives_the_same_decisions_in_the_simulator(tmp_pat
     assert sim["site_factors"] == recorded["decisions"]["site_factors"]
     assert sim["site_factors"] == replay_recorded(recorded)["site_factors"]
     assert sim["site_factors"]["11"] > 2 * 10 ** 9 - 10 ** 8  # starving: in front
+
+
+def test_a_recorded_cycle_with_lending_and_long_runs_replays_the_same(tmp_path):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)},
+                            "profiler": {"tprof_s": 200, "long_tprof_s": 1000, "long_share": 0.25,
+                                         "lend_idle_gpus": True}})
+    decider = LucidDecider(cfg)
+    inbox = [_lj(1, 4), _lj(2, 1), _lj(3, 8), _lj(4, 2)]
+    running = [_lj(20, 4, partition="profiling", state="RUNNING", start_time=NOW - 900),
+               _lj(21, 8, partition="profiling", state="RUNNING", start_time=NOW - 230),
+               _lj(22, 1, partition="profiling", state="RUNNING", start_time=NOW - 600)]
+    records = {j.job_id: _rec(j, 600.0 * j.gpus) for j in inbox}
+    for j in running:
+        records[j.job_id] = _rec(j, 900.0, profile="admitted", phase="profiling")
+    records[22].lent = True
+    # 16 GPUs on nodes nobody waits for, at most 4 free on one
+    x = DecisionInput(NOW, inbox, running, [], records, 32, {"main": 3}, {"main": 0}, 16, 4)
+    plan = decider.decide(x)
+    recorded = json.loads(json.dumps(decider.record(x, plan), default=str))
+    sim = replay_cycle(recorded)
+    # long runs: 20 (4 GPUs, oldest) fits the 8 of long_share; 21 (8 GPUs) does not: requeued; 22 is lent
+    assert sim["requeue"] == sorted(jid for jid, _ in plan.requeue) == [21]
+    # held: 4 + 8 + 1 = 13 > capacity 8: only lent admissions, those that fit on 4 GPUs, up to 8 + 16
+    assert sim["profile"] == [jid for jid, _ in plan.profile] == [2, 4, 1]
+    assert sim["lend"] == plan.lend == [2, 4, 1]
 
 
 # ----- through the experiment path ---------------------------------------------------------------------

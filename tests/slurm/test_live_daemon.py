@@ -253,6 +253,45 @@ def test_a_job_admitted_to_profiling_that_cannot_start_there_goes_to_its_partiti
     assert "admitted to profiling" in row.profile_reason and row.profile_start is None, row
 
 
+def test_profiling_borrows_only_gpus_nobody_waits_for(clean_cluster, tmp_path, job_script, lucidd_factory):
+    """[profiler] lend_idle_gpus: research (gpu3-4) is full with a job waiting, main (gpu1-4) has
+    nobody waiting. A research job admitted to profiling is kept off gpu3-4 with ExcNodeList and runs
+    on gpu1-2, whose GPUs nobody waits for; after its requeue it goes to research with the ExcNodeList
+    cleared (so research's own nodes can run it), and runs there once."""
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state", profiler={"capacity_gpus": 0,
+                                                                              "lend_idle_gpus": True})
+    daemon = lucidd_factory(cfg).start()
+    fill = [sbatch(job_script, 45, "-p", "research", "--gres=gpu:8", "--comment", "lucid:noprofile", name=f"fill{i}")
+            for i in (1, 2)]
+    wait_until(lambda: sum(j["job_id"] in fill and j["job_state"] == "RUNNING" for j in squeue()) == 2, 60,
+               "research's two nodes to be full")
+    waiter = sbatch(job_script, 5, "-p", "research", "--gres=gpu:8", "--comment", "lucid:noprofile", name="waiter")
+    wait_until(lambda: any(j["job_id"] == waiter and j["partition"] == "research" for j in squeue()), 30,
+               "a job waiting in research")
+    probe = sbatch(job_script, 60, "-p", "research", "--gres=gpu:1", name="probe")
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+
+    def probe_job():
+        return next((j for j in squeue() if j["job_id"] == probe), None)
+
+    wait_until(lambda: (j := probe_job()) is not None and j["partition"] == "profiling" and j["job_state"] == "RUNNING",
+               30, "the probe to run in profiling")
+    j = probe_job()
+    assert j["excluded_nodes"] == "gpu3,gpu4", j["excluded_nodes"]
+    assert j["nodes"] in ("gpu1", "gpu2"), j["nodes"]
+    row = store.job(probe)
+    assert row.profile == "admitted" and "nobody waits" in row.profile_reason, row.profile_reason
+    # Tprof (8 s): requeued, then released to research with its ExcNodeList cleared
+    wait_until(lambda: (j := probe_job()) is not None and j["partition"] == "research", 40, "the probe's release")
+    assert probe_job()["excluded_nodes"] in ("", None), probe_job()
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] in [probe, waiter, *fill]], 200, "all jobs to finish")
+    runs = sacct_runs([probe])
+    daemon.stop()
+    assert [r[:2] for r in runs[probe]] == [("profiling", "REQUEUED"), ("research", "COMPLETED")], runs[probe]
+    release = [a for a in store.actions_for(probe) if a.kind == "release"]
+    assert release and json.loads(release[0].args).get("excnodelist") == "", release
+
+
 def test_odd_names_and_comments_pass_through(clean_cluster, tmp_path, job_script, lucidd_factory):
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
     daemon = lucidd_factory(cfg).start()
