@@ -119,8 +119,9 @@ def profiling_skip_reason(p, j, record) -> str | None:
 
 def profiling_room_wait(p) -> int:
     """How long a job waits for profiling room (or, admitted, for a node there) before it goes to
-    its partition unprofiled: `room_wait_s`, or 2 x Tprof."""
-    return int(getattr(p, "room_wait_s", 0) or 2 * p.tprof_s)
+    its partition unprofiled: `room_wait_s`, or 2 x the longest Tprof a run may get."""
+    longest = max(int(p.tprof_s), int(getattr(p, "long_tprof_s", 0) or 0))
+    return int(getattr(p, "room_wait_s", 0) or 2 * longest)
 
 
 class _Lent:
@@ -139,7 +140,7 @@ def run_tprof(p, record) -> int:
 
 def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, profiling_gpus: int,
                    plan: Plan | None = None, skip=None, capacity=None, queued: dict | None = None,
-                   free: dict | None = None, lendable: tuple[int, int] = (0, 0)) -> Plan:
+                   free: dict | None = None, lendable: tuple[int, int] = (0, 0), busy_nodes=()) -> Plan:
     """One cycle's profiling decisions (plan.requeue, abandon, profile, release), as lucidd makes them.
 
     Tprof: a job running in profiling for >= Tprof is requeued; one that ran far past it while
@@ -159,9 +160,10 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     whose partitions nobody waits in. A job that fits on one such node is admitted there, outside
     the capacity (plan.lend: the daemon steers it with ExcNodeList; lent jobs admitted and not yet
     started count against those GPUs); any other job within the capacity, which lent runs do not
-    use. Such a run's
-    Tprof is `long_tprof_s`; other runs past `tprof_s` go on to it too, oldest first, while they hold
-    at most `long_share` of the profiling GPUs."""
+    use. `busy_nodes`: nodes of partitions someone waits in; with `reclaim_lent` a lent run on one
+    of them is requeued (someone now waits for its GPUs). A lent run's Tprof is `long_tprof_s`;
+    other runs past `tprof_s` go on to it too, oldest first, while they hold at most `long_share`
+    of the profiling GPUs."""
     plan = plan if plan is not None else Plan()
     skip = skip or (lambda j, r: profiling_skip_reason(p, j, r))
     capacity = capacity or (lambda queue_len: profiling_capacity(p, profiling_gpus, queue_len))
@@ -169,7 +171,8 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     # Tprof: requeue; a job that ran far past it while lucidd was away finishes where it is.
     grace = max(60.0, 3 * interval_s)
     room_wait = profiling_room_wait(p)
-    room_text = f"room_wait_s {room_wait} s" if getattr(p, "room_wait_s", 0) else "2 x Tprof"
+    room_text = (f"room_wait_s {room_wait} s" if getattr(p, "room_wait_s", 0) else
+                 "2 x Tprof" if room_wait == 2 * tprof else f"2 x long_tprof_s, {room_wait} s")
     used = lent_pending = 0
     # Long runs: past tprof_s, the oldest runs (not on borrowed GPUs) go on to long_tprof_s while
     # together they hold at most long_share of the profiling GPUs. The choice depends only on start
@@ -199,6 +202,12 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
         if r.profile == "abandoned" or j.state != "RUNNING" or not j.start_time:
             continue
         ran = now - j.start_time
+        if getattr(r, "lent", False) and getattr(p, "reclaim_lent", False) and j.node_names and \
+                any(n in busy_nodes for n in j.node_names):
+            # lent GPUs are lent while nobody waits for them: someone now does, in a partition of its node
+            plan.requeue.append((j.job_id, f"ran {ran} s in profiling on lent GPUs: reclaimed, a job now "
+                                            f"waits in a partition of {','.join(j.node_names)}"))
+            continue
         limit = run_tprof(p, r)
         if limit == tprof and tprof <= ran < long_s and long_used + j.gpus <= long_budget:
             limit = long_s  # one of the oldest runs past Tprof: kept as a long run
@@ -358,7 +367,7 @@ class LucidDecider(Decider):
                               inp.records, inp.profiling_gpus, skip=self.skip_reason,
                               capacity=lambda queue_len: self.capacity(inp, queue_len),
                               queued=inp.queued if gate else None, free=inp.free_gpus if gate else None,
-                              lendable=(inp.lendable_gpus, inp.lendable_node_gpus))
+                              lendable=(inp.lendable_gpus, inp.lendable_node_gpus), busy_nodes=inp.busy_nodes)
         now = inp.now
         # Main queues: Lucid's order as SiteFactor.
         if self.cfg.ordering.enabled:
@@ -398,7 +407,8 @@ class LucidDecider(Decider):
     def record(self, inp: DecisionInput, plan: Plan) -> dict:
         def jd(j):
             r = inp.records.get(j.job_id)
-            return {"job_id": j.job_id, "gpus": j.gpus, "nodes": j.nodes, "user": j.user, "account": j.account,
+            return {"job_id": j.job_id, "gpus": j.gpus, "nodes": j.nodes, "node_names": list(j.node_names),
+                    "user": j.user, "account": j.account,
                     "name": j.name, "partition": j.partition, "state": j.state, "start_time": j.start_time,
                     "requeue": j.requeue, "comment": j.comment, "array_pending": j.array_pending,
                     "restart_count": j.restart_count,
@@ -418,7 +428,7 @@ class LucidDecider(Decider):
             or inp.records[j.job_id].site_factor != plan.site_factors[j.job_id][0])]
         return {"now": inp.now, "profiling_gpus": inp.profiling_gpus, "queued": dict(inp.queued),
                 "free_gpus": dict(inp.free_gpus),
-                "lendable": [inp.lendable_gpus, inp.lendable_node_gpus],
+                "lendable": [inp.lendable_gpus, inp.lendable_node_gpus], "busy_nodes": sorted(inp.busy_nodes),
                 "config": {"tprof_s": self.cfg.profiler.tprof_s, "nprof_gpus": self.cfg.profiler.nprof_gpus,
                            "skip_when_free": self.cfg.profiler.skip_when_free,
                            "capacity_gpus": self.cfg.profiler.capacity_gpus,
@@ -426,6 +436,7 @@ class LucidDecider(Decider):
                            "burst_queue": self.cfg.profiler.burst_queue,
                            "max_job_share": self.cfg.profiler.max_job_share,
                            "lend_idle_gpus": self.cfg.profiler.lend_idle_gpus,
+                           "reclaim_lent": self.cfg.profiler.reclaim_lent,
                            "long_tprof_s": self.cfg.profiler.long_tprof_s,
                            "long_share": self.cfg.profiler.long_share,
                            "starvation_s": self.policy.config.starvation_s,

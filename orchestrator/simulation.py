@@ -295,7 +295,7 @@ def run_lucid_on_slurm(exp: Experiment, jobs, on_progress, variant: str) -> Simu
                                             "prof_capacity_gpus", "prof_burst_gpus", "prof_burst_queue",
                                             "prof_max_job_share", "prof_lend",
                                             "prof_long_tprof", "prof_long_share",
-                                            "prof_room_wait")}
+                                            "prof_room_wait", "prof_reclaim")}
     opts["profiling"] = not variant.endswith("-noprofiler") and bool(_option(exp, "profiling", True))
     live = live_config(opts)
     options = exp.options

@@ -117,6 +117,8 @@ def live_config(options: dict | None = None):
         prof["long_tprof_s"] = int(o["prof_long_tprof"])
     if "prof_long_share" in o:
         prof["long_share"] = float(o["prof_long_share"])
+    if "prof_reclaim" in o:
+        prof["reclaim_lent"] = bool(o["prof_reclaim"])
     if "prof_room_wait" in o:
         prof["room_wait_s"] = int(o["prof_room_wait"])
     if not o.get("profiling", True) or o.get("cprof") == 0:
@@ -196,6 +198,7 @@ class LucidOnSlurm:
         self.prof_pending = []  # seqs admitted, not yet started (Slurm: priority order = job id)
         self.copies = {}  # seq -> the profiling run (a Job copy on some VC's nodes)
         self.requeued = []  # seqs requeued, to be released at a later cycle
+        self._lent_runs = set()  # seqs of lent profiling runs now running
         self.series = []
 
     # ----- time helpers ---------------------------------------------------------------------
@@ -328,6 +331,9 @@ class LucidOnSlurm:
             self.copies[seq] = copy
             lj = self.live_jobs[seq]
             lj.state, lj.start_time = "RUNNING", t + self.off
+            lj.node_names = (f"{part.name}:{node}",)
+            if self.recs[seq].lent:
+                self._lent_runs.add(seq)
             job.attrs["profiler_start"] = t
             job.attrs["profiler_node"] = f"{part.name}:{node}"
             wait = t - job.attrs["_admitted"]
@@ -349,6 +355,7 @@ class LucidOnSlurm:
         seq = copy.seq
         del self.copies[seq]
         self.prof.pop(seq, None)
+        self._lent_runs.discard(seq)
 
     # ----- lucidd's cycle -------------------------------------------------------------------
     def decide(self, t: int):
@@ -369,8 +376,20 @@ class LucidOnSlurm:
             self.requeued = [s for s in self.requeued if s not in gone]
         queued, free = self._gate_view()
         plan = plan_profiling(self.p, self.interval, now, list(self.inbox.values()), list(self.prof.values()),
-                              recs, self.prof_gpus, queued=queued, free=free, lendable=self._lendable_view())
+                              recs, self.prof_gpus, queued=queued, free=free, lendable=self._lendable_view(),
+                              busy_nodes=self._busy_nodes())
         return plan, releasing
+
+    def _busy_nodes(self):
+        """Nodes ("partition:index", as profiling runs name theirs) of partitions someone waits in."""
+        parts = self.parts
+
+        class Busy:
+            def __contains__(self, node):
+                part = parts.get(node.rpartition(":")[0])
+                return part is not None and bool(part.pending)
+
+        return Busy()
 
     def _idle_parts(self) -> list[str]:
         return [name for name, part in self.parts.items() if not part.pending]
@@ -464,6 +483,7 @@ class LucidOnSlurm:
 
     # ----- the loop ------------------------------------------------------------------------
     def _init_state(self):
+        self._lent_runs = set()
         self._heap = []  # (time, seq, kind 0 main / 1 profiling run, job)
         self._cycles, self._cycles_set = [], set()
         self._rekeys = []
@@ -501,8 +521,8 @@ class LucidOnSlurm:
                     continue  # a requeued profiling run
                 if kind == 0:
                     self._finish_main(job, end)
-                    if self.lend and self.inbox:  # GPUs nobody waits for may be lent at the next cycle
-                        self._want_cycle(self._next_cycle(end))
+                    if self.lend and self.inbox and not self.parts[job.vc].pending:
+                        self._want_cycle(self._next_cycle(end))  # GPUs nobody waits for: lendable next cycle
                     continue
                 self._end_profiling_run(job, end)
                 orig = job.attrs["original"]
@@ -547,6 +567,9 @@ class LucidOnSlurm:
                                       cluster=ClusterView(part.name, part.vc.gpus_per_node, part.vc.free))
                 for d in part.policy.schedule(view):
                     self._start_main(part, d, t)
+            if self._lent_runs and self.p.reclaim_lent and any(self.parts[self.copies[s].vc].pending
+                                                                for s in self._lent_runs):
+                self._want_cycle(self._cycle_after(t))  # lucidd reclaims lent GPUs at its next cycle
             self.series.append((t, self.busy, self.queued))
             if on_progress and self.done != before:
                 on_progress(self.done - before)
@@ -622,7 +645,8 @@ def replay_cycle(recorded: dict, live=None) -> dict:
                             # records before lending: off
                             "prof_lend": c.get("lend_idle_gpus", False),
                             "prof_long_tprof": c.get("long_tprof_s", 0),
-                            "prof_long_share": c.get("long_share", 0.0)})
+                            "prof_long_share": c.get("long_share", 0.0),
+                            "prof_reclaim": c.get("reclaim_lent", False)})
     now = int(recorded["now"])
     entries = [("inbox", d) for d in recorded["inbox"]] + [("profiling", d) for d in recorded["profiling"]] + \
         [("waiting", d) for d in recorded["waiting"]]
@@ -644,6 +668,8 @@ def replay_cycle(recorded: dict, live=None) -> dict:
         sim._gate_view = lambda: (queued, free)
     lendable = tuple(recorded.get("lendable") or (0, 0))
     sim._lendable_view = lambda: lendable if sim.lend else (0, 0)
+    busy = frozenset(recorded.get("busy_nodes") or ())
+    sim._busy_nodes = lambda: busy
     for kind, d in entries:
         seq = int(d["job_id"])
         lj = sim.live_jobs[seq]
@@ -652,6 +678,7 @@ def replay_cycle(recorded: dict, live=None) -> dict:
         lj.requeue, lj.comment, lj.array_pending = d.get("requeue", True), d.get("comment") or "", \
             bool(d.get("array_pending"))
         lj.restart_count = d.get("restart_count") or 0
+        lj.node_names = tuple(d.get("node_names") or ())
         r = sim.recs[seq]
         r.first_seen = d.get("first_seen") if d.get("first_seen") is not None else now
         r.profile = d.get("profile") or "pending"

@@ -76,14 +76,19 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "lend_idle_gpus": Key(bool, False, "beyond the capacity, profiling may also use the GPUs free on nodes "
                                           "whose partitions nobody waits in; lucidd steers those runs onto "
                                           "them (ExcNodeList) and they are still requeued at Tprof"),
-        "long_tprof_s": Key(int, 0, "Tprof of a run admitted on GPUs nobody waits for (lend_idle_gpus), and "
-                                    "of the oldest other runs while those past tprof_s hold at most long_share "
-                                    "of the profiling partition's GPUs (0: tprof_s for every run)",
+        "reclaim_lent": Key(bool, False, "requeue a lent profiling run as soon as a job waits in a partition of "
+                                        "its node (lend_idle_gpus)"),
+        # 3600: a profiling run of the ~40 % of Philly's jobs that run 10-60 minutes ends there instead
+        # of waiting days in a full partition (docs/lucid.md, "Lending idle GPUs to profiling")
+        "long_tprof_s": Key(int, 0, "Tprof of a run admitted on GPUs nobody waits for (lend_idle_gpus), "
+                                       "and of the oldest other runs while those past tprof_s hold at most "
+                                       "long_share of the profiling partition's GPUs (0: tprof_s for every run)",
                             min=0, max=7 * 86400),
         "long_share": Key(float, 0.03, "share of the profiling partition's GPUs that runs past tprof_s (not "
                                        "on borrowed GPUs) may hold, up to long_tprof_s", min=0.0, max=1.0),
         "room_wait_s": Key(int, 0, "how long a job waits for profiling room before it goes to its partition "
-                                   "unprofiled (0: 2 x tprof_s)", min=0, max=7 * 86400),
+                                   "unprofiled (0: 2 x the longest Tprof a run may get: long_tprof_s, or "
+                                   "tprof_s without it)", min=0, max=7 * 86400),
         "exempt_users": Key(_STR_LIST, [], "users whose jobs skip profiling"),
         "exempt_accounts": Key(_STR_LIST, [], "accounts whose jobs skip profiling"),
         "exempt_partitions": Key(_STR_LIST, [], "requested partitions whose jobs skip profiling"),

@@ -53,6 +53,7 @@ class DecisionInput:
     # partitions nobody waits in; and the most on one such node (a lent run needs them on one node)
     lendable_gpus: int = 0
     lendable_node_gpus: int = 0
+    busy_nodes: frozenset = frozenset()  # profiling partition's nodes whose managed partitions someone waits in
 
 
 @dataclass
@@ -235,9 +236,9 @@ class Reconciler:
             if n.usable:
                 for part in n.partitions:
                     free[part] = max(free.get(part, 0), n.gpus - n.used)
-        lend_gpus, lend_node, self._not_lendable = self._lendable(snap, queued)
+        lend_gpus, lend_node, self._not_lendable, busy = self._lendable(snap, waiting)
         inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus, queued, free,
-                            lend_gpus, lend_node)
+                            lend_gpus, lend_node, busy)
         plan = self.decider.decide(inp)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
         recorded = self.decider.record(inp, plan)
@@ -262,27 +263,35 @@ class Reconciler:
             log.error("partition %s does not exist: new jobs bypass lucidd (docs/deploy.md)", self.inbox)
         return n, recorded
 
-    def _lendable(self, snap, queued: dict) -> tuple[int, int, list]:
+    def _lendable(self, snap, waiting) -> tuple[int, int, list, frozenset]:
         """GPUs profiling may borrow ([profiler] lend_idle_gpus): the free GPUs on usable nodes of the
-        profiling partition whose managed partitions nobody waits in, the most on one such node, and
-        the profiling partition's other nodes, which a lent run is kept off (its ExcNodeList)."""
+        profiling partition whose managed partitions nobody waits in, the most on one such node, the
+        profiling partition's other nodes (a lent run's ExcNodeList), and of those the ones where
+        someone waits (a lent run there is reclaimed). Held jobs and jobs waiting for other jobs wait
+        for no GPU: they do not count."""
         if not getattr(self.cfg.profiler, "lend_idle_gpus", False):
-            return 0, 0, []
+            return 0, 0, [], frozenset()
+        wants = {}
+        for j in waiting:
+            if j.priority != 0 and not j.reason.startswith("JobHeld") and not j.dependency:
+                wants[j.partition] = True
         gpus = most = 0
-        others = []
+        others, busy = [], set()
         for name, n in sorted(snap.nodes.items()):
             if self.profiling not in n.partitions:
                 continue
-            busy = any(queued.get(p, 0) for p in n.partitions if self.is_managed(p))
-            if not n.usable or busy:
+            waited_for = any(wants.get(p) for p in n.partitions if self.is_managed(p))
+            if waited_for:
+                busy.add(name)
+            if not n.usable or waited_for:
                 others.append(name)
                 continue
             free = max(0, n.gpus - n.used)
             gpus += free
             most = max(most, free)
         if not gpus:
-            return 0, 0, []
-        return gpus, most, others  # others empty: every node is lendable, no steering needed
+            return 0, 0, [], frozenset(busy)
+        return gpus, most, others, frozenset(busy)  # others empty: every node is lendable, no steering needed
 
     def _open_records(self) -> dict:
         """Jobs not yet ended, kept in memory between cycles (lucidd is their only writer) and

@@ -22,7 +22,9 @@ TPROF = 200
 
 def make_cfg(tmp_path, **sections):
     raw = {"daemon": {"state_dir": str(tmp_path / "state")}, "models": {"dir": str(tmp_path / "models")},
-           "profiler": {"tprof_s": TPROF}}  # these cases are written for a Tprof of 200 s
+           # these cases are written for a Tprof of 200 s, one Tprof for every run and the capacity
+           # alone (lending and long runs have their own cases)
+           "profiler": {"tprof_s": TPROF, "long_tprof_s": 0, "lend_idle_gpus": False}}
     for name, values in sections.items():
         raw.setdefault(name, {}).update(values)
     return config_from_dict(raw)
@@ -148,6 +150,23 @@ def test_jobs_that_fit_on_gpus_nobody_waits_for_are_lent_them(tmp_path):
     # nothing to lend: the capacity alone, as before
     x.lendable_gpus = x.lendable_node_gpus = 0
     assert ids(decider.decide(x).profile) == [2, 5, 3, 1] and decider.decide(x).lend == []
+
+
+def test_a_lent_run_is_reclaimed_once_someone_waits_for_its_gpus(tmp_path):
+    """reclaim_lent (off by default): a lent run on a node of a partition where a job now waits is
+    requeued at once, whatever its time; a lent run elsewhere, or one not lent, is not."""
+    d = LucidDecider(make_cfg(tmp_path, profiler={"lend_idle_gpus": True, "reclaim_lent": True}))
+    runs = [lj(1, 1, partition="profiling", state="RUNNING", start_time=NOW - 30, node_names=("gpu3",)),
+            lj(2, 1, partition="profiling", state="RUNNING", start_time=NOW - 30, node_names=("gpu1",)),
+            lj(3, 1, partition="profiling", state="RUNNING", start_time=NOW - 30, node_names=("gpu3",))]
+    records = {j.job_id: rec(j, profile="admitted", phase="profiling") for j in runs}
+    records[1].lent = records[2].lent = True
+    x = inp(profiling=runs, records=records)
+    x.busy_nodes = frozenset({"gpu3", "gpu4"})
+    plan = d.decide(x)
+    assert ids(plan.requeue) == [1] and "reclaimed" in reasons(plan.requeue)[1]
+    off = LucidDecider(make_cfg(tmp_path, profiler={"lend_idle_gpus": True, "reclaim_lent": False}))
+    assert off.decide(x).requeue == []
 
 
 def test_lending_off(tmp_path):
@@ -549,7 +568,7 @@ def test_record_is_json_and_carries_the_config(decider):
     assert back["inbox"][0]["name"] == 'a "b"\nc ✓'
     assert back["config"] == {"tprof_s": TPROF, "nprof_gpus": 8, "skip_when_free": True, "capacity_gpus": 0,
                               "burst_capacity_gpus": 0, "burst_queue": 10, "max_job_share": 1.0,
-                              "lend_idle_gpus": False, "long_tprof_s": 0, "long_share": 0.03, "starvation_s": 12 * 3600, "aging_halflife_s": 0, "starving_halflife_s": 3600,
+                              "lend_idle_gpus": False, "reclaim_lent": False, "long_tprof_s": 0, "long_share": 0.03, "starvation_s": 12 * 3600, "aging_halflife_s": 0, "starving_halflife_s": 3600,
                               "points_per_doubling": 1000}
     assert back["now"] == NOW and back["profiling_gpus"] == 32 and back["lendable"] == [0, 0]
 

@@ -33,7 +33,8 @@ def replay(rows, nodes=1, gpn=8, vcs=None, rule="exact", **opts):
     spec = ClusterSpec({v: VCSpec(v, n, gpn) for v, n in (vcs or {"a": nodes}).items()})
     gate = bool(opts.pop("prof_gate", False))
     opts.setdefault("tprof", 200)  # these cases are written for a Tprof of 200 s
-    opts.setdefault("prof_lend", 0)  # ... and for the capacity alone (lending has its own cases)
+    opts.setdefault("prof_lend", 0)  # ... and for the capacity alone, one Tprof for every run (lending and
+    opts.setdefault("prof_long_tprof", 0)  # long runs have their own cases)
     live = live_config(opts)
 
     def make(priority):
@@ -204,6 +205,19 @@ def test_lent_profiling_runs_on_gpus_nobody_waits_for():
     assert r0.loc["p", "profiler_finished"] and r0.loc["p", "profiler_node"] == "a:0"
 
 
+def test_a_lent_run_is_reclaimed_when_its_partition_gets_a_queue():
+    # [profiler] reclaim_lent (off by default)
+    # p (a, 1 GPU, 5,000 s) is lent b's node at 30; at 95 bjob (b, 8 GPUs) arrives: seen at 100, it
+    # goes to b and waits (p holds a GPU there). b now has a queue: lucidd requeues p at 110, bjob starts.
+    rows = [("fill", 6, 0, 10_000, 10_000, "a"), ("big", 8, 15, 100, 100, "a"), ("p", 1, 25, 5000, 5000, "a"),
+            ("bjob", 8, 95, 300, 300, "b")]
+    r, _ = replay(rows, vcs={"a": 1, "b": 1}, nprof=4, prof_lend=1, prof_reclaim=1)
+    assert r.loc["p", "profiler_node"] == "b:0" and r.loc["p", "profiler_end"] == 110
+    assert r.loc["bjob", "main_start"] == 110  # the requeue frees the GPU; Slurm starts bjob at once
+    r0, _ = replay(rows, vcs={"a": 1, "b": 1}, nprof=4, prof_lend=1, prof_reclaim=0)
+    assert r0.loc["p", "profiler_end"] == 230  # Tprof
+
+
 def test_long_runs_in_the_replay():
     # long_tprof_s 1000: a lent run of 800 s ends in profiling; with the default it is requeued at Tprof
     rows = [("fill", 6, 0, 10_000, 10_000, "a"), ("big", 8, 15, 100, 100, "a"), ("p", 1, 25, 800, 800, "a")]
@@ -215,7 +229,8 @@ def test_long_runs_in_the_replay():
 
 def test_a_recorded_live_cycle_gives_the_same_decisions_in_the_simulator(tmp_path):
     cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)},
-                            "profiler": {"tprof_s": 200, "capacity_gpus": 6, "max_job_share": 0.5}})
+                            "profiler": {"tprof_s": 200, "capacity_gpus": 6, "max_job_share": 0.5,
+                                         "long_tprof_s": 0}})
     decider = LucidDecider(cfg)
     inbox = [_lj(1, 4), _lj(2, 1), _lj(3, 2), _lj(4, 16), _lj(5, 1, requeue=False), _lj(6, 1), _lj(7, 2)]
     running = _lj(20, 1, partition="profiling", state="RUNNING", start_time=NOW - 250)
