@@ -567,6 +567,8 @@ class LucidOnSlurm:
                                       cluster=ClusterView(part.name, part.vc.gpus_per_node, part.vc.free))
                 for d in part.policy.schedule(view):
                     self._start_main(part, d, t)
+                if self.lend and self.inbox and not part.pending:
+                    self._want_cycle(self._cycle_after(t))  # its last waiting job started: its free GPUs are lendable
             if self._lent_runs and self.p.reclaim_lent and any(self.parts[self.copies[s].vc].pending
                                                                 for s in self._lent_runs):
                 self._want_cycle(self._cycle_after(t))  # lucidd reclaims lent GPUs at its next cycle

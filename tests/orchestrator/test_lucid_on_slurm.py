@@ -205,6 +205,21 @@ def test_lent_profiling_runs_on_gpus_nobody_waits_for():
     assert r0.loc["p", "profiler_finished"] and r0.loc["p", "profiler_node"] == "a:0"
 
 
+def test_gpus_become_lendable_when_a_partitions_last_waiting_job_starts():
+    # Live, lucidd sees every 10 s whether a partition still has a queue; the replay must cycle when
+    # one empties. q fills the capacity (1 GPU) on b's last GPU while bwait waits in b; p waits in
+    # the inbox. At 1000 bfill ends, Slurm starts bwait, b has nobody waiting: p is lent b's free
+    # GPUs at the next cycle (1010), not at the next cycle some other event would cause.
+    rows = [("afill", 8, 0, 100_000, 100_000, "a"), ("bfill", 7, 0, 1000, 1000, "b"),
+            ("bwait", 4, 1, 500, 500, "b"), ("abig", 8, 1, 100, 100, "a"), ("q", 1, 15, 50_000, 50_000, "a"),
+            ("p", 1, 25, 150, 150, "a")]
+    r, _ = replay(rows, vcs={"a": 1, "b": 1}, nprof=1, tprof=5000, prof_lend=1)
+    assert r.loc["q", "profiler_start"] == 20 and r.loc["q", "profiler_node"] == "b:0"  # within the capacity
+    assert r.loc["bwait", "main_start"] == 1000
+    assert r.loc["p", "profiler_start"] == 1010 and r.loc["p", "profiler_node"] == "b:0"
+    assert r.loc["p", "profiler_finished"]
+
+
 def test_a_lent_run_is_reclaimed_when_its_partition_gets_a_queue():
     # [profiler] reclaim_lent (off by default)
     # p (a, 1 GPU, 5,000 s) is lent b's node at 30; at 95 bjob (b, 8 GPUs) arrives: seen at 100, it
