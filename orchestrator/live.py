@@ -243,26 +243,25 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
             plan.release.append((j.job_id, f"not profiled: waited {waited} s for profiling room "
                                            f"(> {room_text})"))
             continue
-        candidates.append(live_job(j, r))
-    candidates.sort(key=LeastGPUFirst.pending_key)
+        candidates.append((j.gpus, j.job_id))  # LeastGPUFirst.pending_key of live_job(j, r)
+    candidates.sort()
     cap = capacity(len(candidates))
     lend_free, lend_node = lendable if getattr(p, "lend_idle_gpus", False) else (0, 0)
     lent = lent_pending
-    for job in candidates:
-        g = job.gpu_num
+    for g, job_id in candidates:
         if g <= lend_node and lent + g <= lend_free:
             # Steered onto free GPUs of partitions nobody waits in, which would otherwise idle, and off
             # the GPUs a waiting job could take; outside the capacity. Measured on the load sweep: with
             # the capacity alone (runs anywhere) short jobs of busy partitions waited days while other
             # partitions idled (docs/lucid.md, "Lending idle GPUs to profiling").
             lent += g
-            plan.profile.append((job.job_id, f"profiling on GPUs nobody waits for: {g} GPU(s), least-GPUs-first, "
+            plan.profile.append((job_id, f"profiling on GPUs nobody waits for: {g} GPU(s), least-GPUs-first, "
                                              f"{lent} of the {lend_free} GPUs free where nobody waits lent, "
                                              f"Tprof {run_tprof(p, _LENT)} s"))
-            plan.lend.append(job.job_id)
+            plan.lend.append(job_id)
         elif used + g <= cap:
             used += g
-            plan.profile.append((job.job_id, f"profiling: {g} GPU(s), least-GPUs-first, "
+            plan.profile.append((job_id, f"profiling: {g} GPU(s), least-GPUs-first, "
                                              f"{used}/{cap} profiling GPUs in use, Tprof {tprof} s"))
         else:
             break  # strict least-GPUs-first: nothing bigger fits either

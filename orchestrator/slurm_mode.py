@@ -49,7 +49,7 @@ from lucidd.policies.base import ClusterView, SchedulingView
 from lucidd.policies.slurm_backfill import SlurmBackfill
 from lucidd.simulator import SimulationError, _SortedJobs
 
-from .live import plan_profiling, profiling_room_wait, site_factor
+from .live import plan_profiling, profiling_room_wait, profiling_skip_reason, site_factor
 from .policy import LucidConfig, LucidPolicy
 
 PROFILING = "profiling"
@@ -86,6 +86,17 @@ class _Partition:
         self.pending = _SortedJobs(policy.pending_key)
         self.running = []  # main jobs and profiling runs on this VC's nodes, in start order
         self.dirty = False
+
+
+class _BusyNodes:
+    """`node in busy`: the node's partition has a pending job (a view, read when asked)."""
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def __contains__(self, node):
+        part = self.parts.get(node.rpartition(":")[0])
+        return part is not None and bool(part.pending)
 
 
 def live_config(options: dict | None = None):
@@ -198,6 +209,10 @@ class LucidOnSlurm:
         self.prof_pending = []  # seqs admitted, not yet started (Slurm: priority order = job id)
         self.copies = {}  # seq -> the profiling run (a Job copy on some VC's nodes)
         self.requeued = []  # seqs requeued, to be released at a later cycle
+        # A replayed job's fields do not change while it waits in the inbox, so its skip reason is
+        # read once (a job waiting for profiling room is seen again at every cycle: whole Philly
+        # replays ~12 million such looks).
+        self._skip_seen = {}
         self._lent_runs = set()  # seqs of lent profiling runs now running
         self.series = []
 
@@ -376,20 +391,19 @@ class LucidOnSlurm:
             self.requeued = [s for s in self.requeued if s not in gone]
         queued, free = self._gate_view()
         plan = plan_profiling(self.p, self.interval, now, list(self.inbox.values()), list(self.prof.values()),
-                              recs, self.prof_gpus, queued=queued, free=free, lendable=self._lendable_view(),
-                              busy_nodes=self._busy_nodes())
+                              recs, self.prof_gpus, skip=self._skip, queued=queued, free=free,
+                              lendable=self._lendable_view(), busy_nodes=self._busy_nodes())
         return plan, releasing
+
+    def _skip(self, j, r):
+        seen = self._skip_seen
+        if j.job_id not in seen:
+            seen[j.job_id] = profiling_skip_reason(self.p, j, r)
+        return seen[j.job_id]
 
     def _busy_nodes(self):
         """Nodes ("partition:index", as profiling runs name theirs) of partitions someone waits in."""
-        parts = self.parts
-
-        class Busy:
-            def __contains__(self, node):
-                part = parts.get(node.rpartition(":")[0])
-                return part is not None and bool(part.pending)
-
-        return Busy()
+        return _BusyNodes(self.parts)
 
     def _idle_parts(self) -> list[str]:
         return [name for name, part in self.parts.items() if not part.pending]
@@ -478,12 +492,17 @@ class LucidOnSlurm:
         self.prof_pending = [seq for seq in self.prof_pending if seq in self.prof]  # less the withdrawn
         # jobs still waiting for profiling room, or admitted and not yet started there: look again when
         # their wait passes 2 x Tprof (any older one left this cycle)
-        for seq in (*self.prof_pending, *self.inbox):
-            self._want_cycle(self._cycle_after(recs[seq].first_seen - self.off + profiling_room_wait(self.p)))
+        # (the earliest to come is enough: that cycle asks again for the next)
+        wait = profiling_room_wait(self.p) - self.off
+        due = [c for c in (self._cycle_after(recs[seq].first_seen + wait) for seq in (*self.prof_pending, *self.inbox))
+               if c > t]
+        if due:
+            self._want_cycle(min(due))
 
     # ----- the loop ------------------------------------------------------------------------
     def _init_state(self):
         self._lent_runs = set()
+        self._skip_seen = {}
         self._heap = []  # (time, seq, kind 0 main / 1 profiling run, job)
         self._cycles, self._cycles_set = [], set()
         self._rekeys = []
