@@ -73,14 +73,14 @@ SCHEMA: dict[str, dict[str, Key]] = {
         # Measured on the load sweep (docs/lucid.md, "Lending idle GPUs to profiling"): the profiling
         # partition spans every node, so a short job of a busy partition can end on GPUs another
         # partition leaves idle; capped at 3 %, most such GPUs stayed idle.
-        "lend_idle_gpus": Key(bool, False, "beyond the capacity, profiling may also use the GPUs free on nodes "
+        "lend_idle_gpus": Key(bool, True, "beyond the capacity, profiling may also use the GPUs free on nodes "
                                           "whose partitions nobody waits in; lucidd steers those runs onto "
                                           "them (ExcNodeList) and they are still requeued at Tprof"),
         "reclaim_lent": Key(bool, False, "requeue a lent profiling run as soon as a job waits in a partition of "
                                         "its node (lend_idle_gpus)"),
         # 3600: a profiling run of the ~40 % of Philly's jobs that run 10-60 minutes ends there instead
         # of waiting days in a full partition (docs/lucid.md, "Lending idle GPUs to profiling")
-        "long_tprof_s": Key(int, 0, "Tprof of a run admitted on GPUs nobody waits for (lend_idle_gpus), "
+        "long_tprof_s": Key(int, 3600, "Tprof of a run admitted on GPUs nobody waits for (lend_idle_gpus), "
                                        "and of the oldest other runs while those past tprof_s hold at most "
                                        "long_share of the profiling partition's GPUs (0: tprof_s for every run)",
                             min=0, max=7 * 86400),

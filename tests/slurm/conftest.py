@@ -105,8 +105,10 @@ def write_config(path: Path, state_dir: Path, db_url: str | None = None, **secti
         "daemon": {"interval_s": 1.0, "state_dir": str(state_dir), "failopen_after_s": 6.0, "history_interval_s": 2.0,
                    "log_level": "info"},
         # skip_when_free off: on this idle test cluster every job would start at once and skip
-        # profiling; the tests that want that set it (test_a_job_that_would_start_at_once_skips_profiling)
-        "profiler": {"tprof_s": 8, "nprof_gpus": 8, "capacity_gpus": 16, "skip_when_free": False},
+        # profiling; the tests that want that set it (test_a_job_that_would_start_at_once_skips_profiling).
+        # long_tprof_s 0: the cases are written for one Tprof; lending (on, as shipped) then uses it too
+        "profiler": {"tprof_s": 8, "nprof_gpus": 8, "capacity_gpus": 16, "skip_when_free": False,
+                     "long_tprof_s": 0},
         "slurm": {"default_partition": "main"},
     }
     if db_url:
