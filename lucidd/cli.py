@@ -62,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
     lucid.add_argument("--starving-halflife-s", type=int,
                        help="lucid only: among starving jobs, a job's submission counts this many seconds later per "
                             "doubling of estimate x GPUs (default 3600, as lucidd ships; 0: oldest first)")
+    lucid.add_argument("--long-tprof-s", type=int,
+                       help="lucid only: Tprof of a profiling run on GPUs nobody waits for, and of the oldest "
+                            "runs within 3%% of the GPUs (default 3600, as lucidd ships; 0: --tprof for every run)")
+    lucid.add_argument("--no-lend", action="store_true",
+                       help="lucid only: profiling stays within its capacity and borrows no GPU of a partition "
+                            "nobody waits in (lucidd's [profiler] lend_idle_gpus = false; default: it borrows)")
     lucid.add_argument("--aging-halflife-s", type=int,
                        help="a waiting job's priority value (estimate x GPUs) halves every this many seconds "
                             "(default: lucid 0 = no aging, as lucidd ships; lucid-standalone 172800 = 48 h; "
@@ -242,6 +248,7 @@ def _check_args(args) -> None:
     _check_int(args, "starvation_s", lo=1, what=" second(s)")
     _check_int(args, "aging_halflife_s", lo=0, what=" second(s) (0: no aging)")
     _check_int(args, "starving_halflife_s", lo=0, hi=10 ** 7, what=" second(s) (0: oldest first)")
+    _check_int(args, "long_tprof_s", lo=0, hi=7 * 86400, what=" second(s) (0: Tprof for every run)")
     _check_int(args, "workers", lo=1)
     _check_int(args, "jitter_seeds", lo=0, hi=100, what=" (jittered copies of the window)")
     _check_int(args, "jitter_s", lo=1, hi=86400, what=" second(s)")
@@ -344,6 +351,10 @@ def _experiment_from_args(args, what: str):
                                                        "starvation_s", "aging_halflife_s", "starving_halflife_s")
                         if getattr(args, k, None) is not None or k != "starving_halflife_s"})
     exp.options["limit_rule"] = getattr(args, "limit_rule", None)  # the slurm baseline's time limits
+    if getattr(args, "long_tprof_s", None) is not None:  # lucidd's [profiler] keys, for `lucid`
+        exp.options["prof_long_tprof"] = args.long_tprof_s
+    if getattr(args, "no_lend", False):
+        exp.options["prof_lend"] = 0
     _check_cluster_args(args, exp)
     return loaded, exp
 

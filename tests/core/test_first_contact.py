@@ -160,6 +160,8 @@ BAD_FLAGS = [
     (["simulate", "--gss", "-1"], "--gss -1"),
     (["simulate", "--starvation-s", "-10"], "--starvation-s -10"),
     (["simulate", "--aging-halflife-s", "-1"], "--aging-halflife-s -1"),
+    (["simulate", "--long-tprof-s", "-1"], "--long-tprof-s -1"),
+    (["simulate", "--long-tprof-s", "604801"], "--long-tprof-s 604801"),
     (["simulate", "--cprof", "-1"], "--cprof -1"),
     (["simulate", "--nprof", "0"], "--nprof 0"),
     (["simulate", "--gpus-per-node", "0"], "--gpus-per-node 0"),
@@ -441,3 +443,20 @@ def test_out_never_removes_a_users_file_or_an_input(tmp_path):
     (out / "jobs_fifo.csv").rename(out / "keep.csv")
     assert main(["simulate", "--trace", str(out / "keep.csv"), "--format", "csv", "--policies", "fifo",
                  "--no-plots", "--no-progress", "--out", str(out)]) == 2  # keep.csv is not in the manifest
+
+
+def test_lending_flags_reach_the_lucid_replay(tmp_path, capsys):
+    # --no-lend --long-tprof-s 0 is lucidd's profiler before lending: the sample's lucid row then
+    # differs from the default run's (lending and hour-long lent runs change which jobs profile)
+    import csv
+
+    rows = {}
+    for name, extra in (("default", []), ("off", ["--no-lend", "--long-tprof-s", "0"])):
+        out = tmp_path / name
+        rc, _, err = run(["simulate", "--policies", "lucid", *extra, "--out", str(out), "--no-plots",
+                          "--no-progress"], capsys)
+        assert rc == 0, err
+        manifest = (out / "manifest.json").read_text()
+        assert ("--no-lend" in manifest) == (name == "off")
+        rows[name] = next(csv.DictReader(open(out / "summary.csv")))
+    assert rows["off"]["avg_jct_s"] != rows["default"]["avg_jct_s"]
