@@ -438,6 +438,7 @@ class LucidDecider(Decider):
                            "reclaim_lent": self.cfg.profiler.reclaim_lent,
                            "long_tprof_s": self.cfg.profiler.long_tprof_s,
                            "long_share": self.cfg.profiler.long_share,
+                           "room_wait_s": self.cfg.profiler.room_wait_s,
                            "starvation_s": self.policy.config.starvation_s,
                            "aging_halflife_s": self.policy.config.aging_halflife_s,
                            "starving_halflife_s": self.policy.config.starving_halflife_s,

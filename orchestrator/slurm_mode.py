@@ -667,7 +667,8 @@ def replay_cycle(recorded: dict, live=None) -> dict:
                             "prof_lend": c.get("lend_idle_gpus", False),
                             "prof_long_tprof": c.get("long_tprof_s", 0),
                             "prof_long_share": c.get("long_share", 0.0),
-                            "prof_reclaim": c.get("reclaim_lent", False)})
+                            "prof_reclaim": c.get("reclaim_lent", False),
+                            "prof_room_wait": c.get("room_wait_s", 0)})
     now = int(recorded["now"])
     entries = [("inbox", d) for d in recorded["inbox"]] + [("profiling", d) for d in recorded["profiling"]] + \
         [("waiting", d) for d in recorded["waiting"]]

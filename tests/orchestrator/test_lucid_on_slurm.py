@@ -287,9 +287,9 @@ def test_a_recorded_live_cycle_gives_the_same_decisions_in_the_simulator(tmp_pat
 def test_a_recorded_cycle_with_lending_and_long_runs_replays_the_same(tmp_path):
     cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)},
                             "profiler": {"tprof_s": 200, "long_tprof_s": 1000, "long_share": 0.25,
-                                         "lend_idle_gpus": True}})
+                                         "lend_idle_gpus": True, "room_wait_s": 500}})
     decider = LucidDecider(cfg)
-    inbox = [_lj(1, 4), _lj(2, 1), _lj(3, 8), _lj(4, 2)]
+    inbox = [_lj(1, 4), _lj(2, 1), _lj(3, 8), _lj(4, 2), _lj(5, 1)]
     running = [_lj(20, 4, partition="profiling", state="RUNNING", start_time=NOW - 900),
                _lj(21, 8, partition="profiling", state="RUNNING", start_time=NOW - 230),
                _lj(22, 1, partition="profiling", state="RUNNING", start_time=NOW - 600)]
@@ -297,6 +297,7 @@ def test_a_recorded_cycle_with_lending_and_long_runs_replays_the_same(tmp_path):
     for j in running:
         records[j.job_id] = _rec(j, 900.0, profile="admitted", phase="profiling")
     records[22].lent = True
+    records[5].first_seen = NOW - 600  # waited past room_wait_s (500 s; the default would be 2,000 s)
     # 16 GPUs on nodes nobody waits for, at most 4 free on one
     x = DecisionInput(NOW, inbox, running, [], records, 32, {"main": 3}, {"main": 0}, 16, 4)
     plan = decider.decide(x)
@@ -307,6 +308,7 @@ def test_a_recorded_cycle_with_lending_and_long_runs_replays_the_same(tmp_path):
     # held: 4 + 8 + 1 = 13 > capacity 8: only lent admissions, those that fit on 4 GPUs, up to 8 + 16
     assert sim["profile"] == [jid for jid, _ in plan.profile] == [2, 4, 1]
     assert sim["lend"] == plan.lend == [2, 4, 1]
+    assert 5 in sim["release"] and 5 in [jid for jid, _ in plan.release]
 
 
 # ----- through the experiment path ---------------------------------------------------------------------
