@@ -568,8 +568,9 @@ def test_record_is_json_and_carries_the_config(decider):
     assert back["inbox"][0]["name"] == 'a "b"\nc ✓'
     assert back["config"] == {"tprof_s": TPROF, "nprof_gpus": 8, "skip_when_free": True, "capacity_gpus": 0,
                               "burst_capacity_gpus": 0, "burst_queue": 10, "max_job_share": 1.0,
-                              "lend_idle_gpus": False, "reclaim_lent": False, "long_tprof_s": 0, "long_share": 0.03, "starvation_s": 12 * 3600, "aging_halflife_s": 0, "starving_halflife_s": 3600,
-                              "points_per_doubling": 1000}
+                              "lend_idle_gpus": False, "reclaim_lent": False, "long_tprof_s": 0, "long_share": 0.03,
+                              "room_wait_s": 0, "starvation_s": 12 * 3600, "aging_halflife_s": 0,
+                              "starving_halflife_s": 3600, "points_per_doubling": 1000}
     assert back["now"] == NOW and back["profiling_gpus"] == 32 and back["lendable"] == [0, 0]
 
 
