@@ -95,7 +95,7 @@ def profiling_skip_reason(p, j, record) -> str | None:
         return "submitted with --no-requeue: Slurm cannot restart it after profiling"
     if j.array_pending:
         return "a job array: its tasks go to their partition together"
-    if j.priority == 0 or j.reason.startswith("JobHeld"):
+    if j.held:
         return "held: it waits for its release in its own partition"
     if j.dependency:
         return f"waits for other jobs ({j.dependency}): it would only hold profiling room"

@@ -85,6 +85,12 @@ class LiveJob:
     def opted_out_of_profiling(self) -> bool:
         return NOPROFILE_TAG in (self.comment or "")
 
+    @property
+    def held(self) -> bool:
+        """Held by a user or an admin (priority 0, or a JobHeld* reason): it waits for its release,
+        not for GPUs."""
+        return self.priority == 0 or self.reason.startswith("JobHeld")
+
 
 @dataclass
 class Partition:

@@ -273,7 +273,7 @@ class Reconciler:
             return 0, 0, [], frozenset()
         wants = {}
         for j in waiting:
-            if j.priority != 0 and not j.reason.startswith("JobHeld") and not j.dependency:
+            if not j.held and not j.dependency:
                 wants[j.partition] = True
         gpus = most = 0
         others, busy = [], set()
