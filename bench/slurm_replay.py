@@ -19,6 +19,12 @@ SLURM_CONF and PATH (lucidd.backends.slurm.SlurmRunner). The partition (--partit
 `main`) must start jobs without lucidd: scripts/testcluster.sh with LUCIDD_TC_LUA=0. With
 `--live`, jobs are submitted through lucidd's inbox (lucidd running on the cluster) and the
 comparison adds the simulator's `lucid` policy when it is installed.
+
+Several VCs, each its own partition on its own nodes: `--vc A,B --nodes 2,2 --partition pa,pb`
+(in that order; the partitions must not share a node). Each VC's jobs are submitted to its
+partition, and the simulator replays the same VCs as partitions of those sizes, with lucidd's
+profiling partition over all of them: where lucidd lends one partition's idle GPUs to another's
+profiling runs (`[profiler] lend_idle_gpus`), the comparison checks it.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -63,27 +70,68 @@ class WindowSpec:
     fmt: str | None = None
 
 
-def select_window(frame: pd.DataFrame, nodes: int, *, vc=None, jobs=None, max_duration_s=None,
+def parse_vcs(vc, nodes):
+    """(--vc, --nodes) -> node count: an int for one partition (one VC, or all merged), or
+    {vc: nodes} for several VCs, each its own partition ('A,B' with '2,2')."""
+    names = [v.strip() for v in str(vc or "").split(",") if v.strip()]
+    counts = [c.strip() for c in str(nodes).split(",") if c.strip()]
+    try:
+        counts = [int(c) for c in counts]
+    except ValueError:
+        raise SystemExit(f"--nodes {nodes!r}: whole node counts, one per VC ('2,2')") from None
+    if not counts or any(c < 1 for c in counts):
+        raise SystemExit(f"--nodes {nodes!r}: at least one node per partition")
+    if len(names) <= 1:
+        if len(counts) != 1:
+            raise SystemExit(f"--nodes {nodes!r} names {len(counts)} partitions; --vc names {len(names) or 'no'} VC")
+        return counts[0]
+    if len(counts) != len(names):
+        raise SystemExit(f"--vc names {len(names)} VCs, --nodes {len(counts)} node counts: one per VC")
+    if len(set(names)) != len(names):
+        raise SystemExit(f"--vc {vc!r} names a VC twice")
+    return dict(zip(names, counts))
+
+
+def total_nodes(nodes) -> int:
+    return sum(nodes.values()) if isinstance(nodes, dict) else int(nodes)
+
+
+def nodes_text(nodes) -> str:
+    if isinstance(nodes, dict):
+        return " + ".join(f"{v}: {n}" for v, n in nodes.items()) + " nodes"
+    return f"{nodes} nodes"
+
+
+def select_window(frame: pd.DataFrame, nodes, *, vc=None, jobs=None, max_duration_s=None,
                   gpus_per_node: int = GPUS_PER_NODE) -> tuple[pd.DataFrame, list]:
     """The jobs to replay from a loaded (and start/end-windowed) canonical trace frame.
 
     Keeps one VC (or all), the first `jobs` by submission, drops jobs larger than the cluster,
     rounds multi-node requests up to whole nodes (`-N k --gres=gpu:8` is what Slurm can be asked
     for), caps durations at `max_duration_s`. Returns the frame (vc 'all', seq 0..n-1, in
-    submission order) and notes saying what was changed."""
+    submission order) and notes saying what was changed. With `nodes` a {vc: nodes} dict (several
+    VCs, each its own partition) it keeps those VCs, each job sized against its own VC, and the vc
+    column keeps their names."""
     notes = []
     w = frame.sort_values(["submit_time", "seq"], kind="stable")
-    if vc not in (None, "", "all"):
+    several = isinstance(nodes, dict)
+    if several:
+        missing = [v for v in nodes if not (w["vc"] == v).any()]
+        if missing:
+            raise SystemExit(f"no job of VC {missing[0]!r} in the window")
+        w = w[w["vc"].isin(list(nodes))]
+    elif vc not in (None, "", "all"):
         w = w[w["vc"] == vc]
         if w.empty:
             raise SystemExit(f"no job of VC {vc!r} in the window")
     if jobs is not None:
         w = w.head(int(jobs))
     w = w.copy()
-    cap = nodes * gpus_per_node
+    cap = w["vc"].map(nodes).fillna(0).astype(int) * gpus_per_node if several else nodes * gpus_per_node
     big = w["gpu_num"] > cap
     if big.any():
-        notes.append(f"{int(big.sum())} job(s) asking for more than the cluster's {cap} GPUs dropped")
+        what = "its partition's" if several else f"the cluster's {cap}"
+        notes.append(f"{int(big.sum())} job(s) asking for more than {what} GPUs dropped")
         w = w[~big].copy()
     odd = (w["gpu_num"] > gpus_per_node) & (w["gpu_num"] % gpus_per_node != 0)
     if odd.any():
@@ -96,12 +144,13 @@ def select_window(frame: pd.DataFrame, nodes: int, *, vc=None, jobs=None, max_du
             w.loc[long, "duration"] = int(max_duration_s)
     if w.empty:
         raise SystemExit("the window holds no job")
-    w["vc"] = "all"
+    if not several:
+        w["vc"] = "all"
     w["seq"] = np.arange(len(w), dtype=np.int64)
     return w.reset_index(drop=True), notes
 
 
-def load_window(spec: WindowSpec, nodes: int) -> tuple[pd.DataFrame, list]:
+def load_window(spec: WindowSpec, nodes) -> tuple[pd.DataFrame, list]:
     from lucidd.traces import load_trace
 
     loaded = load_trace(spec.trace, spec.fmt, start=spec.start, end=spec.end)
@@ -167,6 +216,7 @@ def plan_jobs(window: pd.DataFrame, compression: float, rule: LimitRule, sleep_t
         "gpu_num": window["gpu_num"].to_numpy(),
         "submit_time": window["submit_time"].to_numpy(),
         "duration": window["duration"].to_numpy(),
+        "vc": window["vc"].astype(str).to_numpy(),
     })
     out["offset_s"] = (out["submit_time"] - t0) / compression
     out["limit_min"] = [minutes_limit(rule.limit(d), compression) for d in out["duration"]]
@@ -240,8 +290,9 @@ def check_idle(runner: SlurmRunner) -> None:
 
 def submit_all(runner: SlurmRunner, plan: pd.DataFrame, partition, comment=None, lead_s: float = 3.0,
                log=print) -> tuple[float, pd.DataFrame]:
-    """Submit every planned job at T0 + offset (T0: a whole second, `lead_s` ahead). Returns T0
-    and the plan with slurm_id, the wall time sbatch was called and its lag behind the target."""
+    """Submit every planned job at T0 + offset (T0: a whole second, `lead_s` ahead); `partition`
+    is one name, or {vc: partition} for a window of several VCs. Returns T0 and the plan with
+    slurm_id, the wall time sbatch was called and its lag behind the target."""
     t0 = math.ceil(time.time()) + lead_s
     ids, called, lag = [], [], []
     n = len(plan)
@@ -252,7 +303,8 @@ def submit_all(runner: SlurmRunner, plan: pd.DataFrame, partition, comment=None,
         if wait > 0:
             time.sleep(wait)
         now = time.time()
-        out = runner.run(sbatch_argv(row, partition, comment=comment))
+        part = partition[row["vc"]] if isinstance(partition, dict) else partition
+        out = runner.run(sbatch_argv(row, part, comment=comment))
         ids.append(int(out.strip().split(";")[0]))
         called.append(now)
         lag.append(now - target)
@@ -344,6 +396,8 @@ def sacct_runs(data: dict, since: float | None = None) -> dict:
             "last_start": started[-1]["start"] if started else None,
             "end": last["end"], "state": last["state"], "runs": len(runs),
             "partition": last["partition"], "nodes": last["nodes"], "flags": last["flags"],
+            "first_partition": started[0]["partition"] if started else "",
+            "first_nodes": started[0]["nodes"] if started else "",
         }
     return out
 
@@ -369,16 +423,25 @@ def real_results(plan: pd.DataFrame, data: dict, compression: float, since: floa
             "real_start": row["submit_time"] + (r["last_start"] - r["submit"]) * compression,
             "real_run_s": (r["end"] - r["last_start"]) * compression, "state": r["state"], "runs": r["runs"],
             "nodes": r["nodes"], "started_on": r["flags"].replace("STARTED_ON_", "").lower(),
+            "first_partition": r["first_partition"], "first_nodes": r["first_nodes"],
             "submit_lag_s": row.get("submit_lag_s"),
         })
     return pd.DataFrame(rows)
 
 
-def simulate(window: pd.DataFrame, nodes: int, policies, options: dict) -> dict:
-    """policy -> per-job results frame, on one VC of `nodes` x 8 GPUs."""
+def cluster_spec(nodes) -> ClusterSpec:
+    """One VC 'all' of `nodes` x 8 GPUs, or one VC per entry of a {vc: nodes} dict (each a
+    partition of its own nodes; the simulator's lucid puts its profiling partition over all)."""
+    parts = nodes if isinstance(nodes, dict) else {"all": int(nodes)}
+    return ClusterSpec(vcs={v: VCSpec(v, int(n), GPUS_PER_NODE) for v, n in parts.items()}, source=nodes_text(nodes))
+
+
+def simulate(window: pd.DataFrame, nodes, policies, options: dict) -> dict:
+    """policy -> per-job results frame, on one VC of `nodes` x 8 GPUs (or the VCs of a
+    {vc: nodes} dict)."""
     from lucidd.experiment import Experiment, known_policies
 
-    spec = ClusterSpec(vcs={"all": VCSpec("all", nodes, GPUS_PER_NODE)}, source=f"{nodes} nodes")
+    spec = cluster_spec(nodes)
     exp = Experiment(trace=window.copy(), spec=spec, path="replay window", options=dict(options))
     known = known_policies()
     out = {}
@@ -448,6 +511,9 @@ def lucid_options(config_path: str, compression: float) -> dict:
     return {"tprof": int(round(p.tprof_s * c)), "nprof": p.nprof_gpus, "prof_capacity_gpus": p.capacity_gpus,
             "prof_burst_gpus": p.burst_capacity_gpus, "prof_burst_queue": p.burst_queue,
             "profiling": bool(p.enabled), "prof_gate": 2 if p.skip_when_free else 0,
+            "prof_max_job_share": p.max_job_share, "prof_lend": bool(p.lend_idle_gpus),
+            "prof_long_tprof": int(round(p.long_tprof_s * c)), "prof_long_share": p.long_share,
+            "prof_reclaim": bool(p.reclaim_lent), "prof_room_wait": int(round(p.room_wait_s * c)),
             "starvation_s": int(round(o.starvation_s * c)),
             "aging_halflife_s": int(round(o.aging_halflife_s * c)),
             "starving_halflife_s": int(round(o.starving_halflife_s * c)), "points_per_doubling": o.points_per_doubling,
@@ -542,6 +608,58 @@ def diagnostics(real: pd.DataFrame, plan: pd.DataFrame, compression: float) -> l
     return lines
 
 
+def hostnames(text: str) -> list:
+    """'gpu[1-2,4]' or 'gpu3' (sacct's node list of one job) -> ['gpu1', 'gpu2', 'gpu4']."""
+    out = []
+    for m in re.finditer(r"([^,\[]+)(?:\[([^\]]*)\])?", text or ""):
+        stem, ranges = m.group(1), m.group(2)
+        if ranges is None:
+            out.append(stem)
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            width = len(lo)
+            for i in range(int(lo), int(hi or lo) + 1):
+                out.append(f"{stem}{i:0{width}d}")
+    return out
+
+
+def vc_lines(real: pd.DataFrame, sims: dict, window: pd.DataFrame, partitions: dict, owned: dict | None) -> list:
+    """Lines for a window of several VCs: average JCT per VC (Slurm and each simulated policy), and
+    the profiling runs that ran on another VC's nodes (lucidd lending one partition's idle GPUs),
+    real (sacct: the first run was in `profiling`, on a node of another VC's partition) and
+    simulated (the run's node belongs to another VC)."""
+    vc_of = dict(zip(window["job_id"].astype(str), window["vc"].astype(str)))
+    r = real.assign(vc=real["job_id"].astype(str).map(vc_of))
+    lines = []
+    for vc, part in partitions.items():
+        mine = r[r["vc"] == vc]
+        if mine.empty:
+            continue
+        parts = [f"Slurm {mine['real_jct_s'].mean():,.0f}"]
+        for p, df in sims.items():
+            d = df[df["job_id"].astype(str).isin(mine["job_id"].astype(str))]
+            parts.append(f"sim {p} {d['jct_s'].mean():,.0f}")
+        lines.append(f"VC {vc} (partition {part}, {len(mine)} jobs): avg JCT s: " + ", ".join(parts))
+    if owned:
+        node_part = {n: p for p, names in owned.items() for n in names}
+        part_vc = {p: v for v, p in partitions.items()}
+        # a run in none of the VCs' partitions: lucidd's profiling partition
+        first = r["first_partition"].fillna("").astype(str)
+        prof = r[first.str.len().gt(0) & ~first.isin(list(partitions.values()))]
+        away = sum(1 for row in prof.itertuples()
+                   if any(part_vc.get(node_part.get(n)) not in (None, row.vc) for n in hostnames(row.first_nodes)))
+        text = [f"real {away} of {len(prof)} profiled"]
+        for p, df in sims.items():
+            if "profiler_node" not in df:
+                continue
+            ran = df[df["profiler_node"].notna()]
+            other = int((ran["profiler_node"].astype(str).str.split(":").str[0] != ran["vc"].astype(str)).sum())
+            text.append(f"sim {p} {other} of {len(ran)}")
+        lines.append("profiling runs on another VC's nodes: " + ", ".join(text))
+    return lines
+
+
 def start_lag(real: pd.DataFrame, sim: pd.DataFrame, compression: float) -> list:
     """Lines on which side the slurm prediction errs: how many simulated starts are earlier than,
     equal to (within one sacct second) or later than Slurm's, and Slurm's own start latency,
@@ -590,12 +708,14 @@ def cmd_calibrate(args) -> int:
 def window_args(p):
     p.add_argument("--trace", required=True, help="trace file (any format lucidctl reads)")
     p.add_argument("--format", dest="fmt", default=None)
-    p.add_argument("--vc", default=None, help="one VC of the trace (default: all, merged into one partition)")
+    p.add_argument("--vc", default=None, help="one VC of the trace (default: all, merged into one partition), "
+                                              "or several, 'A,B': each its own partition (--nodes and --partition "
+                                              "then name one per VC)")
     p.add_argument("--start", default=None, help="window start: trace seconds or a date")
     p.add_argument("--end", default=None, help="window end (exclusive): trace seconds or a date")
     p.add_argument("--jobs", type=int, default=None, help="at most this many jobs from --start")
     p.add_argument("--max-duration-h", type=float, default=None, help="cap durations (both sides) at H hours")
-    p.add_argument("--nodes", type=int, required=True, help="nodes of 8 GPUs (the partition's node count)")
+    p.add_argument("--nodes", required=True, help="nodes of 8 GPUs (the partition's node count; '2,2' with --vc A,B)")
     p.add_argument("--compression", type=float, required=True, help="trace seconds per real second, e.g. 120")
     p.add_argument("--limit-rule", default=None, help="the slurm baseline's --limit-rule (default 1,2,4,8,12,24,48,72,168)")
     p.add_argument("--sleep-trim-s", type=float, default=0.0,
@@ -609,6 +729,7 @@ def window_args(p):
 def build(args):
     spec = WindowSpec(trace=args.trace, vc=args.vc, start=args.start, end=args.end, jobs=args.jobs,
                       max_duration_h=args.max_duration_h, fmt=args.fmt)
+    args.nodes = parse_vcs(args.vc, args.nodes)
     window, notes = load_window(spec, args.nodes)
     base = parse_limit_rule(args.limit_rule)
     rule = ScaledLimitRule(kind=base.kind, steps_s=base.steps_s, factor=base.factor, text=base.text, base=base,
@@ -620,13 +741,15 @@ def build(args):
 def describe(spec, window, notes, rule, plan, args, log=print):
     span_h = (window["submit_time"].max() - window["submit_time"].min()) / 3600
     log(f"window: {spec.trace} vc={spec.vc or 'all'} start={spec.start} end={spec.end} jobs={len(window)} "
-        f"(submits over {span_h:.1f} trace h), {args.nodes} nodes x {GPUS_PER_NODE} GPUs, "
+        f"(submits over {span_h:.1f} trace h), {nodes_text(args.nodes)} x {GPUS_PER_NODE} GPUs, "
         f"compression {args.compression:g}x")
     for n in notes:
         log(f"  note: {n}")
     log(f"  limits: {rule.describe()}; -t minutes used: {sorted(plan['limit_min'].unique().tolist())}")
     short = int((plan["sleep_s"] < 1).sum())
     log(f"  sleeps: median {plan['sleep_s'].median():.1f} s, {short} under 1 s; GPUs/job mean {window['gpu_num'].mean():.1f}")
+    if isinstance(args.nodes, dict):
+        log(f"  jobs per VC: {window['vc'].value_counts().reindex(list(args.nodes)).fillna(0).astype(int).to_dict()}")
 
 
 def cmd_plan(args):
@@ -649,12 +772,48 @@ def cmd_plan(args):
     return 0
 
 
+def partitions_of(args) -> str | dict:
+    """--partition for this window: one name, or {vc: partition} when --vc names several VCs."""
+    names = [x.strip() for x in str(args.partition).split(",") if x.strip()]
+    if not isinstance(args.nodes, dict):
+        if len(names) != 1:
+            raise SystemExit(f"--partition {args.partition!r}: one partition for one VC")
+        return names[0]
+    if len(names) != len(args.nodes):
+        raise SystemExit(f"--vc names {len(args.nodes)} VCs, --partition {len(names)} partitions: one per VC")
+    if len(set(names)) != len(names):
+        raise SystemExit(f"--partition {args.partition!r} names a partition twice")
+    return dict(zip(args.nodes, names))
+
+
+def check_partitions(runner: SlurmRunner, partitions: dict, nodes: dict) -> dict:
+    """Each VC's partition has --nodes nodes and no two share one (the simulator gives each VC its
+    own nodes). Returns partition -> its node names."""
+    owned, seen = {}, {}
+    for vc, part in partitions.items():
+        listed = runner.run(["sinfo", "-h", "-p", part, "-o", "%N"]).strip()
+        names = runner.run(["scontrol", "show", "hostnames", listed]).split() if listed else []
+        if len(names) != nodes[vc]:
+            raise SystemExit(f"partition {part} has {len(names)} nodes, --nodes says {nodes[vc]} for VC {vc}")
+        for n in names:
+            if n in seen:
+                raise SystemExit(f"partitions {seen[n]} and {part} share node {n}: each VC needs its own nodes")
+            seen[n] = part
+        owned[part] = names
+    return owned
+
+
 def cmd_run(args):
     runner = SlurmRunner(timeout_s=60)
     spec, window, notes, rule, plan = build(args)
     describe(spec, window, notes, rule, plan, args)
-    cluster = read_cluster(runner, args.partition)
-    if cluster["nodes"] != args.nodes:
+    partition = partitions_of(args)
+    first = partition if isinstance(partition, str) else next(iter(partition.values()))
+    cluster = read_cluster(runner, first)
+    if isinstance(partition, dict):
+        cluster["partitions"] = check_partitions(runner, partition, args.nodes)
+        cluster["nodes"] = total_nodes(args.nodes)
+    elif cluster["nodes"] != args.nodes:
         raise SystemExit(f"partition {args.partition} has {cluster['nodes']} nodes, --nodes says {args.nodes}")
     params = sched_params(cluster["config"].get("SchedulerParameters") or "")
     opts = model_options(params, args.compression, rule)
@@ -673,7 +832,7 @@ def cmd_run(args):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     check_idle(runner)
-    partition = args.partition  # with lucidd's job_submit.lua (--live) the job goes to the inbox first
+    # with lucidd's job_submit.lua (--live) a job goes to the inbox first, lucidd remembers this one
     comment = None
     t_start = time.time()
     t0, plan = submit_all(runner, plan, partition, comment=comment)
@@ -694,7 +853,7 @@ def cmd_run(args):
     meta = {"argv": sys.argv[1:], "window": dataclasses.asdict(spec), "nodes": args.nodes,
             "robustness": [{"what": d, "jct_change_pct": round(j, 2), "within_1h_pct": round(w, 1)} for d, j, w in rob],
             "compression": args.compression, "limit_rule": args.limit_rule, "sleep_trim_s": args.sleep_trim_s,
-            "partition": args.partition, "live": args.live, "policies": args.policies, "t0": t0,
+            "partition": partition, "live": args.live, "policies": args.policies, "t0": t0,
             "wall_s": round(wall, 1), "cluster": cluster, "notes": notes,
             "model_options": {k: (v if k != "limit_rule" else rule.describe()) for k, v in opts.items()}}
     (out / "replay.json").write_text(json.dumps(meta, indent=2))
@@ -705,8 +864,8 @@ def cmd_run(args):
 def report(out: Path, sims=None) -> int:
     out = Path(out)
     meta = json.loads((out / "replay.json").read_text())
-    window = pd.read_csv(out / "window.csv", dtype={"job_id": str, "user": str, "name": str, "state": str})
-    plan = pd.read_csv(out / "plan.csv", dtype={"job_id": str})
+    window = pd.read_csv(out / "window.csv", dtype={"job_id": str, "user": str, "name": str, "state": str, "vc": str})
+    plan = pd.read_csv(out / "plan.csv", dtype={"job_id": str, "vc": str})
     data = json.loads((out / "sacct.json").read_text())
     C = float(meta["compression"])
     base = parse_limit_rule(meta.get("limit_rule"))
@@ -715,32 +874,35 @@ def report(out: Path, sims=None) -> int:
     params = sched_params(meta["cluster"]["config"].get("SchedulerParameters") or "")
     opts = model_options(params, C, rule)
     policies = meta["policies"].split(",")
+    nodes = meta["nodes"] if isinstance(meta["nodes"], dict) else int(meta["nodes"])
     if sims is None:
-        sims = simulate(window, int(meta["nodes"]), [p for p in policies if not p.startswith("lucid")], opts)
+        sims = simulate(window, nodes, [p for p in policies if not p.startswith("lucid")], opts)
     if meta.get("live"):
         lucid = [p for p in policies if p.startswith("lucid")] or ["lucid"]
         est = json.loads((out / "lucidd_estimates.json").read_text())
         from lucidd.live.config import load_config
 
         fallback = load_config(str(out / "lucidd.toml")).ordering.default_estimate_s * C
-        sims.update(simulate_with_estimates(window, int(meta["nodes"]), lucid,
+        sims.update(simulate_with_estimates(window, nodes, lucid,
                                             {**opts, **lucid_options(str(out / "lucidd.toml"), C)}, est, fallback))
     real = real_results(plan, data, C, since=meta.get("t0", 0) - 5 if meta.get("t0") else None)
     rows = compare(real, sims)
     w = meta["window"]
     head = (f"{Path(w['trace']).parent.name}/{Path(w['trace']).name} vc={w['vc'] or 'all'} start={w['start']} "
-            f"end={w['end']} jobs={len(window)}, {meta['nodes']} nodes x {GPUS_PER_NODE} GPUs, {C:g}x, "
+            f"end={w['end']} jobs={len(window)}, {nodes_text(nodes)} x {GPUS_PER_NODE} GPUs, {C:g}x, "
             f"replay {meta['wall_s'] / 60:.1f} min")
     table = format_rows(rows)
     diag = diagnostics(real, plan, C)
     if "slurm" in sims:
         diag += start_lag(real, sims["slurm"], C)
+    if isinstance(nodes, dict):
+        diag += vc_lines(real, sims, window, meta["partition"], meta["cluster"].get("partitions"))
     print(head)
     print(table)
     rob = meta.get("robustness")
     if (not rob or "what" not in rob[0]) and not meta.get("live") and "slurm" in sims:
         rob = [{"what": d, "jct_change_pct": round(j, 2), "within_1h_pct": round(w, 1)}
-               for d, j, w in robustness(window, int(meta["nodes"]), opts, C)]
+               for d, j, w in robustness(window, nodes, opts, C)]
     for r in rob or []:
         diag.append(f"robustness of the slurm prediction: {r['what']} -> avg JCT {r['jct_change_pct']:+.2f} %, "
                     f"{r['within_1h_pct']:.1f} % of starts within 1 h")

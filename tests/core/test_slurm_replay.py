@@ -263,3 +263,109 @@ def test_live_comparison_takes_jobs_lucidd_never_estimated(tmp_path):
     lucid = sims["lucid"].set_index("job_id")
     assert set(lucid.index) == {"a", "b", "c"} and lucid.loc["a", "estimate_s"] == 3600.0 * 60
     assert bool(lucid.loc["a", "profiler_finished"])  # 60 s < Tprof 180 trace s: it ends in profiling
+
+
+# ----- several VCs, each its own partition -----------------------------------------------------------
+
+def test_vc_and_node_lists_pair_up():
+    assert sr.parse_vcs(None, "4") == 4 and sr.parse_vcs("x", "4") == 4
+    assert sr.parse_vcs("x,y", "2,1") == {"x": 2, "y": 1}
+    for vc, nodes in (("x,y", "2"), ("x", "2,2"), ("x,x", "1,1"), ("x,y", "2,0"), ("x,y", "a,b")):
+        with pytest.raises(SystemExit):
+            sr.parse_vcs(vc, nodes)
+
+
+def test_window_of_several_vcs_keeps_their_names_and_sizes_jobs_by_their_own_partition():
+    t = trace([("a", "x", 16, 0, 10), ("b", "y", 16, 1, 10), ("c", "z", 1, 2, 10), ("d", "y", 8, 3, 10)])
+    w, notes = sr.select_window(t, {"x": 2, "y": 1})
+    assert list(w["job_id"]) == ["a", "d"] and list(w["vc"]) == ["x", "y"] and list(w["seq"]) == [0, 1]
+    assert len(notes) == 1 and "its partition's GPUs dropped" in notes[0]  # b: 16 GPUs, y has 8
+    with pytest.raises(SystemExit):
+        sr.select_window(t, {"x": 1, "nope": 1})
+    plan = sr.plan_jobs(w, 60, LimitRule())
+    assert list(plan["vc"]) == ["x", "y"]
+    spec = sr.cluster_spec({"x": 2, "y": 1})
+    assert {v: s.nodes for v, s in spec.vcs.items()} == {"x": 2, "y": 1}
+
+
+class FakeRunner:
+    def __init__(self, answers=None):
+        self.calls, self.answers, self.next_id = [], answers or {}, 100
+
+    def run(self, argv):
+        self.calls.append(argv)
+        if argv[0] == "sbatch":
+            self.next_id += 1
+            return f"{self.next_id}\n"
+        return self.answers[tuple(argv)]
+
+
+def test_each_vcs_jobs_go_to_its_partition():
+    w, _ = sr.select_window(trace([("a", "x", 1, 0, 60), ("b", "y", 1, 0, 60), ("c", "x", 2, 0, 60)]),
+                            {"x": 1, "y": 1})
+    runner = FakeRunner()
+    _, plan = sr.submit_all(runner, sr.plan_jobs(w, 60, LimitRule()), {"x": "px", "y": "py"}, lead_s=0,
+                            log=lambda *_: None)
+    parts = [c[c.index("-p") + 1] for c in runner.calls]
+    assert parts == ["px", "py", "px"] and list(plan["slurm_id"]) == [101, 102, 103]
+
+
+def test_partitions_are_named_one_per_vc_and_must_not_share_nodes():
+    class A:
+        pass
+
+    args = A()
+    args.partition, args.nodes = "px,py", {"x": 2, "y": 1}
+    assert sr.partitions_of(args) == {"x": "px", "y": "py"}
+    args.partition = "px"
+    with pytest.raises(SystemExit):
+        sr.partitions_of(args)
+    args.partition, args.nodes = "main", 4
+    assert sr.partitions_of(args) == "main"
+
+    def runner(py_nodes):
+        return FakeRunner({("sinfo", "-h", "-p", "px", "-o", "%N"): "gpu[1-2]\n",
+                           ("sinfo", "-h", "-p", "py", "-o", "%N"): py_nodes + "\n",
+                           ("scontrol", "show", "hostnames", "gpu[1-2]"): "gpu1\ngpu2\n",
+                           ("scontrol", "show", "hostnames", "gpu3"): "gpu3\n",
+                           ("scontrol", "show", "hostnames", "gpu2"): "gpu2\n"})
+
+    parts = {"x": "px", "y": "py"}
+    assert sr.check_partitions(runner("gpu3"), parts, {"x": 2, "y": 1}) == {"px": ["gpu1", "gpu2"], "py": ["gpu3"]}
+    with pytest.raises(SystemExit, match="share node gpu2"):
+        sr.check_partitions(runner("gpu2"), parts, {"x": 2, "y": 1})
+    with pytest.raises(SystemExit, match="has 1 nodes"):
+        sr.check_partitions(runner("gpu3"), parts, {"x": 2, "y": 2})
+
+
+def test_hostnames():
+    assert sr.hostnames("gpu3") == ["gpu3"]
+    assert sr.hostnames("gpu[1-2,4]") == ["gpu1", "gpu2", "gpu4"]
+    assert sr.hostnames("n[08-10],login") == ["n08", "n09", "n10", "login"]
+    assert sr.hostnames("") == []
+
+
+def test_a_busy_vcs_job_is_profiled_on_the_idle_vcs_gpus_and_the_report_counts_it():
+    """x's node is full, y's idle: lucid (lending on) profiles x's short job on y's node, where it
+    ends; vc_lines counts that run on both sides."""
+    w, _ = sr.select_window(trace([("big", "x", 8, 0, 7200), ("short", "x", 1, 30, 300), ("late", "y", 1, 9000, 60)]),
+                            {"x": 1, "y": 1})
+    opts = {**sr.model_options({}, 60, scaled(60)), "tprof": 600, "interval_s": 60.0, "restart_s": 60}
+    sims = sr.simulate(w, {"x": 1, "y": 1}, ["lucid"], opts)
+    lucid = sims["lucid"].set_index("job_id")
+    assert lucid.loc["short", "profiler_node"].startswith("y:") and bool(lucid.loc["short", "profiler_finished"])
+    assert "nobody waits for" in lucid.loc["short", "profile_reason"]
+    real = pd.DataFrame({"job_id": ["big", "short", "late"], "real_jct_s": [7200.0, 400.0, 60.0], "runs": [1, 1, 1],
+                         "first_partition": ["px", "profiling", "py"], "first_nodes": ["gpu1", "gpu2", "gpu2"]})
+    lines = sr.vc_lines(real, sims, w, {"x": "px", "y": "py"}, {"px": ["gpu1"], "py": ["gpu2"]})
+    assert lines[0].startswith("VC x (partition px, 2 jobs): avg JCT s: Slurm 3,800")
+    assert lines[-1] == "profiling runs on another VC's nodes: real 1 of 1 profiled, sim lucid 1 of 1"
+
+
+def test_lucid_options_carry_the_lending_keys_scaled(tmp_path):
+    cfg = tmp_path / "lucidd.toml"
+    cfg.write_text('[daemon]\ninterval_s = 1.0\nstate_dir = "%s"\nfailopen_after_s = 10.0\n'
+                   '[profiler]\ntprof_s = 10\nlong_tprof_s = 60\nroom_wait_s = 30\nlong_share = 0.05\n' % tmp_path)
+    o = sr.lucid_options(str(cfg), 60)
+    assert o["prof_long_tprof"] == 3600 and o["prof_room_wait"] == 1800 and o["prof_long_share"] == 0.05
+    assert o["prof_lend"] is True and o["prof_reclaim"] is False and o["prof_max_job_share"] == 1.0
