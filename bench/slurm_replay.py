@@ -832,7 +832,7 @@ def cmd_run(args):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     check_idle(runner)
-    # with lucidd's job_submit.lua (--live) a job goes to the inbox first, lucidd remembers this one
+    # with lucidd's job_submit.lua (--live) each job waits in the inbox first; lucidd records the partition asked for
     comment = None
     t_start = time.time()
     t0, plan = submit_all(runner, plan, partition, comment=comment)
