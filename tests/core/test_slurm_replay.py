@@ -242,11 +242,15 @@ def test_robustness_of_an_uncontended_window_is_nil():
 def test_lucid_options_scale_lucidds_durations(tmp_path):
     cfg = tmp_path / "lucidd.toml"
     cfg.write_text('[daemon]\ninterval_s = 0.5\nstate_dir = "%s"\nfailopen_after_s = 5.0\n'
-                   '[profiler]\ntprof_s = 2\nnprof_gpus = 8\ncapacity_gpus = 16\n' % tmp_path)
+                   '[profiler]\ntprof_s = 2\nnprof_gpus = 8\ncapacity_gpus = 16\n'
+                   'long_tprof_s = 60\nroom_wait_s = 30\nlong_share = 0.05\n' % tmp_path)
     o = sr.lucid_options(str(cfg), 150)
     assert o["tprof"] == 300 and o["interval_s"] == 75 and o["restart_s"] == 150
     assert o["nprof"] == 8 and o["prof_capacity_gpus"] == 16 and o["profiling"] is True and o["prof_gate"] == 2
     assert o["starvation_s"] == 12 * 3600 * 150 and o["aging_halflife_s"] == 0
+    # the lending keys, durations scaled like the others
+    assert o["prof_long_tprof"] == 60 * 150 and o["prof_room_wait"] == 30 * 150 and o["prof_long_share"] == 0.05
+    assert o["prof_lend"] is True and o["prof_reclaim"] is False and o["prof_max_job_share"] == 1.0
 
 
 def test_live_comparison_takes_jobs_lucidd_never_estimated(tmp_path):
@@ -360,12 +364,3 @@ def test_a_busy_vcs_job_is_profiled_on_the_idle_vcs_gpus_and_the_report_counts_i
     lines = sr.vc_lines(real, sims, w, {"x": "px", "y": "py"}, {"px": ["gpu1"], "py": ["gpu2"]})
     assert lines[0].startswith("VC x (partition px, 2 jobs): avg JCT s: Slurm 3,800")
     assert lines[-1] == "profiling runs on another VC's nodes: real 1 of 1 profiled, sim lucid 1 of 1"
-
-
-def test_lucid_options_carry_the_lending_keys_scaled(tmp_path):
-    cfg = tmp_path / "lucidd.toml"
-    cfg.write_text('[daemon]\ninterval_s = 1.0\nstate_dir = "%s"\nfailopen_after_s = 10.0\n'
-                   '[profiler]\ntprof_s = 10\nlong_tprof_s = 60\nroom_wait_s = 30\nlong_share = 0.05\n' % tmp_path)
-    o = sr.lucid_options(str(cfg), 60)
-    assert o["prof_long_tprof"] == 3600 and o["prof_room_wait"] == 1800 and o["prof_long_share"] == 0.05
-    assert o["prof_lend"] is True and o["prof_reclaim"] is False and o["prof_max_job_share"] == 1.0
