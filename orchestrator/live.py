@@ -209,8 +209,12 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
                                             f"waits in a partition of {','.join(j.node_names)}"))
             continue
         limit = run_tprof(p, r)
-        if limit == tprof and tprof <= ran < long_s and long_used + j.gpus <= long_budget:
-            limit = long_s  # one of the oldest runs past Tprof: kept as a long run
+        if limit == tprof and ran >= tprof and long_used + j.gpus <= long_budget:
+            # one of the oldest runs past Tprof: kept as a long run, and requeued at long_tprof_s like a
+            # lent run (until 25 November 2026 `ran < long_s` here made a long run that reached
+            # long_tprof_s fall back to Tprof and count as "far past it": left to finish in profiling,
+            # one Venus job for 38 hours on an idle partition's node)
+            limit = long_s
             long_used += j.gpus
         if ran > limit + grace:
             plan.abandon.append((j.job_id, f"ran {ran} s in profiling, past Tprof {limit} s + {grace:g} s "

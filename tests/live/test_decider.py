@@ -581,3 +581,16 @@ def test_held_and_dependent_jobs_skip_profiling(decider, kw, why):
     j = lj(1, 1, **kw)
     plan = decider.decide(inp([j]))
     assert plan.profile == [] and ids(plan.release) == [1] and why in plan.release[0][1]
+
+
+def test_a_long_run_reaching_long_tprof_is_requeued_not_left_to_finish(tmp_path):
+    """A run kept past Tprof as one of the oldest within long_share is requeued at long_tprof_s, on
+    the cycle that sees it there (up to the grace later), like a lent run; only a run far past it
+    (lucidd was away) is left to finish in profiling."""
+    d = LucidDecider(make_cfg(tmp_path, profiler={"long_tprof_s": 1000, "long_share": 0.25}))
+    running = {jid: lj(jid, 1, partition="profiling", state="RUNNING", start_time=NOW - ran)
+               for jid, ran in ((1, 1000), (2, 1030), (3, 2000))}
+    records = {jid: rec(j, profile="admitted", phase="profiling") for jid, j in running.items()}
+    plan = d.decide(inp(profiling=list(running.values()), records=records))
+    assert sorted(ids(plan.requeue)) == [1, 2] and "Tprof 1000 s" in reasons(plan.requeue)[1]
+    assert ids(plan.abandon) == [3]
