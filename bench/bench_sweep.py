@@ -85,6 +85,27 @@ def offered_load(exp) -> float:
     return float((t["gpu_num"] * t["duration"]).sum()) / (exp.spec.total_gpus * span)
 
 
+def per_vc(jobs) -> dict:
+    """{vc: [jobs, avg JCT s]}: what each partition's users see."""
+    g = jobs.groupby("vc")["jct_s"]
+    return {str(vc): [int(n), round(float(m), 1)] for vc, n, m in zip(g.size().index, g.size(), g.mean())}
+
+
+def vc_line(lucid: dict, slurm: dict) -> str | None:
+    """The partition whose users lose most under `lucid` against `slurm` (avg JCT), and how many
+    partitions (and jobs) lose more than 10 %: a cluster-wide gain can hide one partition's loss
+    (idle partitions' nodes run other partitions' profiling)."""
+    a, b = lucid.get("vc_avg_jct_s"), slurm.get("vc_avg_jct_s")
+    if not a or not b or len(a) < 2:
+        return None
+    ratios = {vc: (n, m / b[vc][1]) for vc, (n, m) in a.items() if vc in b and b[vc][1] > 0}
+    worst = max(ratios, key=lambda vc: ratios[vc][1])
+    over = [vc for vc, (_, r) in ratios.items() if r > 1.1]
+    return (f"   per partition vs slurm (avg JCT): worst {worst} {ratios[worst][1]:.2f}x ({ratios[worst][0]:,} jobs); "
+            f"{len(over)} of {len(ratios)} partitions more than 10 % worse "
+            f"({sum(ratios[vc][0] for vc in over):,} jobs)")
+
+
 def run_point(point, policies, cache: Path | None, fresh=()):
     """{policy: summary row (+ seconds)}; per-job frames land in the cache as jobs_<policy>.csv."""
     from lucidd.metrics import summarize
@@ -96,6 +117,10 @@ def run_point(point, policies, cache: Path | None, fresh=()):
         fname = p.replace("[", "(").replace("]", ")").replace(";", ",")
         if pdir is not None and (pdir / f"{fname}.json").exists() and p not in fresh:
             rows[p] = json.loads((pdir / f"{fname}.json").read_text())
+            if "vc_avg_jct_s" not in rows[p] and (pdir / f"jobs_{fname}.csv").exists():  # cached before the key
+                import pandas as pd
+
+                rows[p]["vc_avg_jct_s"] = per_vc(pd.read_csv(pdir / f"jobs_{fname}.csv"))
             continue
         if exp is None:
             exp = experiment(point)
@@ -121,6 +146,7 @@ def run_point(point, policies, cache: Path | None, fresh=()):
         s["model_s"] = round(model_s, 1)
         if "profiler" in r.extra and "requeued" in r.extra["profiler"]:
             s["profiler"] = r.extra["profiler"]
+        s["vc_avg_jct_s"] = per_vc(r.jobs)
         s["offered_load"] = offered_load(exp)
         s["nodes"] = exp.spec.total_nodes
         rows[p] = s
@@ -166,6 +192,9 @@ def report(point, rows, policies) -> list[dict]:
             r = rows[ref]
             print(f"   {ref:9s} {ratio(r['avg_jct_s'], lu['avg_jct_s']):7.3f} "
                   f"{ratio(r['avg_queue_s'], lu['avg_queue_s']):8.3f} {ratio(r['p999_queue_s'], lu['p999_queue_s']):8.3f}")
+
+    if "slurm" in rows and (line := vc_line(lu, rows["slurm"])):
+        print(line)
 
     def check(name, ok, detail):
         checks.append({"point": point, "check": name, "ok": bool(ok), "detail": detail})
