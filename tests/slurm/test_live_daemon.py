@@ -16,7 +16,7 @@ import time
 import pytest
 
 from lucidd.live.reconcile import heartbeat_age
-from lucidd.live.store import Store
+from lucidd.live.store import Store, StoreError
 
 from .conftest import (TC, active_jobs, failopen, partition_up, sacct_runs, sbatch, sh, squeue, wait_until,
                        write_config)
@@ -290,6 +290,39 @@ def test_profiling_borrows_only_gpus_nobody_waits_for(clean_cluster, tmp_path, j
     assert [r[:2] for r in runs[probe]] == [("profiling", "REQUEUED"), ("research", "COMPLETED")], runs[probe]
     release = [a for a in store.actions_for(probe) if a.kind == "release"]
     assert release and json.loads(release[0].args).get("excnodelist") == "", release
+
+
+def test_a_long_run_is_requeued_at_long_tprof(clean_cluster, tmp_path, job_script, lucidd_factory):
+    """[profiler] long_tprof_s 70 s, long_share 0.25 (8 of the 32 GPUs): a 1-GPU run past Tprof (8 s)
+    goes on as one of the oldest long runs and is requeued at 70 s, not left to finish in profiling
+    (70 s is past Tprof + lucidd's 60 s grace, where a run counts as missed while lucidd was away)."""
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state",
+                       profiler={"long_tprof_s": 70, "long_share": 0.25, "lend_idle_gpus": False})
+    daemon = lucidd_factory(cfg).start()
+    job = sbatch(job_script, 200, "--gres=gpu:1", name="long-run")
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+
+    def started():
+        try:
+            return (r := store.job(job)) is not None and r.profile_start is not None
+        except StoreError:  # lucidd has not created its tables yet
+            return False
+
+    wait_until(started, 30, "the profiling run")
+    time.sleep(20)  # past Tprof: still running in profiling, as a long run
+    assert store.job(job).profile == "admitted" and any(j["job_id"] == job and j["partition"] == "profiling"
+                                                        for j in squeue())
+    wait_until(lambda: store.job(job).requeued_at is not None, 90, "the requeue at long_tprof_s")
+    row = store.job(job)
+    assert 70 <= row.requeued_at - row.profile_start <= 75, row
+    requeue = [a for a in store.actions_for(job) if a.kind == "requeue"]
+    assert len(requeue) == 1 and "Tprof 70 s" in requeue[0].reason, requeue
+    wait_until(lambda: any(j["job_id"] == job and j["partition"] == "main" for j in squeue()), 30,
+               "its release to main")
+    sh("scancel", str(job))
+    daemon.stop()
+    runs = sacct_runs([job])
+    assert runs[job][0][:2] == ("profiling", "REQUEUED"), runs[job]
 
 
 def test_odd_names_and_comments_pass_through(clean_cluster, tmp_path, job_script, lucidd_factory):
