@@ -504,20 +504,13 @@ def lucid_options(config_path: str, compression: float) -> dict:
     duration of lucidd's config (Tprof, the reconcile interval, starvation, aging) times the
     compression; a requeued job restarts about a real second later (restart_s)."""
     from lucidd.live.config import load_config
+    from orchestrator.slurm_mode import options_from_config
 
     cfg = load_config(config_path)
-    p, o = cfg.profiler, cfg.ordering
-    c = compression
-    return {"tprof": int(round(p.tprof_s * c)), "nprof": p.nprof_gpus, "prof_capacity_gpus": p.capacity_gpus,
-            "prof_burst_gpus": p.burst_capacity_gpus, "prof_burst_queue": p.burst_queue,
-            "profiling": bool(p.enabled), "prof_gate": 2 if p.skip_when_free else 0,
-            "prof_max_job_share": p.max_job_share, "prof_lend": bool(p.lend_idle_gpus),
-            "prof_long_tprof": int(round(p.long_tprof_s * c)), "prof_long_share": p.long_share,
-            "prof_reclaim": bool(p.reclaim_lent), "prof_room_wait": int(round(p.room_wait_s * c)),
-            "starvation_s": int(round(o.starvation_s * c)),
-            "aging_halflife_s": int(round(o.aging_halflife_s * c)),
-            "starving_halflife_s": int(round(o.starving_halflife_s * c)), "points_per_doubling": o.points_per_doubling,
-            "interval_s": float(cfg.daemon.interval_s * c), "restart_s": int(round(c))}
+    opts = options_from_config(cfg, compression)
+    opts["prof_gate"] = 2 if cfg.profiler.skip_when_free else 0
+    opts["restart_s"] = int(round(compression))
+    return opts
 
 
 def lucidd_estimates(config_path: str, plan: pd.DataFrame, compression: float) -> dict:

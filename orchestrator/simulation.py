@@ -283,19 +283,14 @@ def run_lucid_on_slurm(exp: Experiment, jobs, on_progress, variant: str) -> Simu
     """Lucid as lucidd runs it (`lucid*`): orchestrator/slurm_mode.py."""
     from lucidd.policies.slurm_backfill import SlurmBackfill
 
-    from .slurm_mode import LucidOnSlurm, live_config
+    from .slurm_mode import LIVE_OPTIONS, LucidOnSlurm, live_config
 
     trace = exp.trace
     est = trace["duration"].astype(float) if variant.endswith("-oracle") else duration_estimates(exp)
     est_by_id = dict(zip(trace["job_id"], est))
     for j in jobs:
         j.estimate = max(1.0, float(est_by_id[j.job_id]))
-    opts = {k: exp.options.get(k) for k in ("tprof", "nprof", "cprof", "starvation_s", "aging_halflife_s",
-                                            "starving_halflife_s", "points_per_doubling", "interval_s",
-                                            "prof_capacity_gpus", "prof_burst_gpus", "prof_burst_queue",
-                                            "prof_max_job_share", "prof_lend",
-                                            "prof_long_tprof", "prof_long_share",
-                                            "prof_room_wait", "prof_reclaim")}
+    opts = {k: exp.options.get(k) for k in (*LIVE_OPTIONS, "cprof", "interval_s")}
     opts["profiling"] = not variant.endswith("-noprofiler") and bool(_option(exp, "profiling", True))
     live = live_config(opts)
     options = exp.options

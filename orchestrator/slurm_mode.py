@@ -99,51 +99,59 @@ class _BusyNodes:
         return part is not None and bool(part.pending)
 
 
+# The replay options (as `lucidctl simulate`, the tuner and the benches name them) that are one of
+# lucidd's config keys: option -> (section, key, type, is a duration). One table for every place that
+# turns one into the other (`live_config`, `options_from_config`, `replay_cycle`, the experiment's
+# option list), so a new key cannot reach the daemon and miss the simulator.
+LIVE_OPTIONS = {
+    "tprof": ("profiler", "tprof_s", int, True),
+    "nprof": ("profiler", "nprof_gpus", int, False),
+    "prof_capacity_gpus": ("profiler", "capacity_gpus", int, False),
+    "prof_burst_gpus": ("profiler", "burst_capacity_gpus", int, False),
+    "prof_burst_queue": ("profiler", "burst_queue", int, False),
+    "prof_max_job_share": ("profiler", "max_job_share", float, False),
+    "skip_when_free": ("profiler", "skip_when_free", bool, False),
+    "prof_lend": ("profiler", "lend_idle_gpus", bool, False),
+    "prof_long_tprof": ("profiler", "long_tprof_s", int, True),
+    "prof_long_share": ("profiler", "long_share", float, False),
+    "prof_reclaim": ("profiler", "reclaim_lent", bool, False),
+    "prof_room_wait": ("profiler", "room_wait_s", int, True),
+    "starvation_s": ("ordering", "starvation_s", int, True),
+    "aging_halflife_s": ("ordering", "aging_halflife_s", int, True),
+    "starving_halflife_s": ("ordering", "starving_halflife_s", int, True),
+    "points_per_doubling": ("ordering", "points_per_doubling", int, False),
+}
+
+
 def live_config(options: dict | None = None):
     """lucidd's own config (lucidd.live.config, same defaults and checks) for a replay.
 
-    options (as `lucidctl simulate` and the tuner name them): tprof, nprof, cprof (0: no
-    profiling), profiling (False: off), starvation_s, aging_halflife_s, starving_halflife_s, points_per_doubling,
-    interval_s, prof_capacity_gpus, prof_burst_gpus, prof_burst_queue, prof_max_job_share, prof_lend,
-    skip_when_free."""
+    options: those of `LIVE_OPTIONS`, plus cprof (0: no profiling), profiling (False: off) and
+    interval_s (the reconcile interval)."""
     o = {k: v for k, v in (options or {}).items() if v is not None}
-    prof = {}
-    if "tprof" in o:
-        prof["tprof_s"] = int(o["tprof"])
-    if "nprof" in o:
-        prof["nprof_gpus"] = int(o["nprof"])
-    if "prof_capacity_gpus" in o:
-        prof["capacity_gpus"] = int(o["prof_capacity_gpus"])
-    if "prof_burst_gpus" in o:
-        prof["burst_capacity_gpus"] = int(o["prof_burst_gpus"])
-    if "prof_burst_queue" in o:
-        prof["burst_queue"] = int(o["prof_burst_queue"])
-    if "prof_max_job_share" in o:
-        prof["max_job_share"] = float(o["prof_max_job_share"])
-    if "skip_when_free" in o:
-        prof["skip_when_free"] = bool(o["skip_when_free"])
-    if "prof_lend" in o:
-        prof["lend_idle_gpus"] = bool(o["prof_lend"])
-    if "prof_long_tprof" in o:
-        prof["long_tprof_s"] = int(o["prof_long_tprof"])
-    if "prof_long_share" in o:
-        prof["long_share"] = float(o["prof_long_share"])
-    if "prof_reclaim" in o:
-        prof["reclaim_lent"] = bool(o["prof_reclaim"])
-    if "prof_room_wait" in o:
-        prof["room_wait_s"] = int(o["prof_room_wait"])
+    sections = {"profiler": {}, "ordering": {}}
+    for opt, (section, key, kind, _) in LIVE_OPTIONS.items():
+        if opt in o:
+            sections[section][key] = kind(o[opt])
     if not o.get("profiling", True) or o.get("cprof") == 0:
-        prof["enabled"] = False
-    order = {}
-    for key, name in (("starvation_s", "starvation_s"), ("aging_halflife_s", "aging_halflife_s"),
-                      ("starving_halflife_s", "starving_halflife_s"), ("points_per_doubling", "points_per_doubling")):
-        if key in o:
-            order[name] = int(o[key])
+        sections["profiler"]["enabled"] = False
     daemon = {}
     if "interval_s" in o:
         daemon["interval_s"] = float(o["interval_s"])
         daemon["failopen_after_s"] = max(60.0, 2 * float(o["interval_s"]))
-    return config_from_dict({"profiler": prof, "ordering": order, "daemon": daemon})
+    return config_from_dict({**sections, "daemon": daemon})
+
+
+def options_from_config(cfg, scale: float = 1.0) -> dict:
+    """The replay options of a lucidd config (`LIVE_OPTIONS`), durations times `scale` (a real-Slurm
+    replay's compression), plus profiling on/off and the reconcile interval."""
+    out = {}
+    for opt, (section, key, kind, duration) in LIVE_OPTIONS.items():
+        v = getattr(getattr(cfg, section), key)
+        out[opt] = int(round(v * scale)) if duration else kind(v)
+    out["profiling"] = bool(cfg.profiler.enabled)
+    out["interval_s"] = float(cfg.daemon.interval_s * scale)
+    return out
 
 
 @dataclass
@@ -643,6 +651,13 @@ def _site_factor_key(job):
     return (-job.attrs["site_factor"], job.attrs["submitted"], job.seq)
 
 
+# What a cycle recorded before a key existed meant: no starving size preference, no skip, the
+# capacity's defaults and no width limit, no lending (the keys every record has are not here).
+_RECORD_DEFAULTS = {"starving_halflife_s": 0, "skip_when_free": False, "capacity_gpus": 0, "burst_capacity_gpus": 0,
+                    "burst_queue": 10, "max_job_share": 1.0, "lend_idle_gpus": False, "long_tprof_s": 0,
+                    "long_share": 0.0, "reclaim_lent": False, "room_wait_s": 0}
+
+
 def replay_cycle(recorded: dict, live=None) -> dict:
     """Feed one recorded live cycle (`LucidDecider.record`) through this mode's decision code.
 
@@ -653,22 +668,7 @@ def replay_cycle(recorded: dict, live=None) -> dict:
     withdrawn from profiling), keyed by job id as text: the same shape as the record's decisions."""
     c = recorded["config"]
     if live is None:
-        live = live_config({"tprof": c["tprof_s"], "nprof": c["nprof_gpus"], "starvation_s": c["starvation_s"],
-                            "aging_halflife_s": c["aging_halflife_s"],
-                            "points_per_doubling": c["points_per_doubling"],
-                            "starving_halflife_s": c.get("starving_halflife_s", 0),
-                            "skip_when_free": c.get("skip_when_free", False),
-                            # records before these keys: the capacity's defaults, no width limit
-                            "prof_capacity_gpus": c.get("capacity_gpus", 0),
-                            "prof_burst_gpus": c.get("burst_capacity_gpus", 0),
-                            "prof_burst_queue": c.get("burst_queue", 10),
-                            "prof_max_job_share": c.get("max_job_share", 1.0),
-                            # records before lending: off
-                            "prof_lend": c.get("lend_idle_gpus", False),
-                            "prof_long_tprof": c.get("long_tprof_s", 0),
-                            "prof_long_share": c.get("long_share", 0.0),
-                            "prof_reclaim": c.get("reclaim_lent", False),
-                            "prof_room_wait": c.get("room_wait_s", 0)})
+        live = live_config({opt: c.get(key, _RECORD_DEFAULTS.get(key)) for opt, (_, key, _, _) in LIVE_OPTIONS.items()})
     now = int(recorded["now"])
     entries = [("inbox", d) for d in recorded["inbox"]] + [("profiling", d) for d in recorded["profiling"]] + \
         [("waiting", d) for d in recorded["waiting"]]

@@ -16,7 +16,7 @@ from lucidd.live.store import JobRow
 from lucidd.policies.slurm_backfill import SlurmBackfill, SlurmConfig, parse_limit_rule
 from lucidd.simulator import jobs_from_frame
 from orchestrator.live import EPOCH, LucidDecider, replay_recorded
-from orchestrator.slurm_mode import LucidOnSlurm, live_config, replay_cycle
+from orchestrator.slurm_mode import LIVE_OPTIONS, LucidOnSlurm, live_config, options_from_config, replay_cycle
 
 H = 3600
 
@@ -282,6 +282,39 @@ def test_a_recorded_live_cycle_gives_the_same_decisions_in_the_simulator(tmp_pat
     assert sim["site_factors"] == recorded["decisions"]["site_factors"]
     assert sim["site_factors"] == replay_recorded(recorded)["site_factors"]
     assert sim["site_factors"]["11"] > 2 * 10 ** 9 - 10 ** 8  # starving: in front
+
+
+def test_every_replay_option_is_a_config_key_and_round_trips(tmp_path):
+    """LIVE_OPTIONS is the one map between replay options and lucidd's config: a config with every
+    such key off its default gives back the same config through the options, and a compression
+    scales exactly the durations."""
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 2.0},
+                            "profiler": {"tprof_s": 300, "nprof_gpus": 4, "capacity_gpus": 12, "burst_capacity_gpus": 20,
+                                         "burst_queue": 7, "max_job_share": 0.5, "skip_when_free": False,
+                                         "lend_idle_gpus": False, "long_tprof_s": 900, "long_share": 0.1,
+                                         "reclaim_lent": True, "room_wait_s": 1000},
+                            "ordering": {"starvation_s": 7200, "aging_halflife_s": 3600, "starving_halflife_s": 600,
+                                         "points_per_doubling": 9}})
+    default = config_from_dict({"daemon": {"state_dir": str(tmp_path)}})
+    for opt, (section, key, _, _) in LIVE_OPTIONS.items():
+        assert getattr(getattr(cfg, section), key) != getattr(getattr(default, section), key), opt
+    # every other key of the two sections is one a replay has no use for: exemptions name users,
+    # accounts and partitions a trace does not have; profiling off is the option `profiling`; the
+    # simulator's estimates come from its own duration model, with ordering always on
+    have = {(section, key) for section, key, _, _ in LIVE_OPTIONS.values()}
+    rest = {(sec, k) for sec in ("profiler", "ordering") for k in vars(getattr(default, sec)) if not k.startswith("_")}
+    assert rest - have == {("profiler", "enabled"), ("profiler", "exempt_users"), ("profiler", "exempt_accounts"),
+                           ("profiler", "exempt_partitions"), ("ordering", "enabled"),
+                           ("ordering", "default_estimate_s")}
+    back = live_config(options_from_config(cfg))
+    for opt, (section, key, _, _) in LIVE_OPTIONS.items():
+        assert getattr(getattr(back, section), key) == getattr(getattr(cfg, section), key), opt
+    assert back.daemon.interval_s == 2.0
+    scaled = options_from_config(cfg, 60)
+    for opt, (section, key, _, duration) in LIVE_OPTIONS.items():
+        v = getattr(getattr(cfg, section), key)
+        assert scaled[opt] == (v * 60 if duration else v), opt
+    assert scaled["interval_s"] == 120.0
 
 
 def test_a_recorded_cycle_with_lending_and_long_runs_replays_the_same(tmp_path):
