@@ -93,8 +93,7 @@ def per_vc(jobs) -> dict:
 
 def vc_line(lucid: dict, slurm: dict) -> str | None:
     """The partition whose users lose most under `lucid` against `slurm` (avg JCT), and how many
-    partitions (and jobs) lose more than 10 %: a cluster-wide gain can hide one partition's loss
-    (idle partitions' nodes run other partitions' profiling)."""
+    partitions (and jobs) lose more than 10 %: a cluster-wide gain can hide one partition's loss."""
     a, b = lucid.get("vc_avg_jct_s"), slurm.get("vc_avg_jct_s")
     if not a or not b or len(a) < 2:
         return None

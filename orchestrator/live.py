@@ -215,7 +215,8 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
             # long_tprof_s fall back to Tprof and count as "far past it": left to finish in profiling,
             # one Venus job for 38 hours on an idle partition's node)
             limit = long_s
-            long_used += j.gpus
+            if ran < long_s:  # requeued at this cycle, it holds no GPU past it: room for a younger run
+                long_used += j.gpus
         if ran > limit + grace:
             plan.abandon.append((j.job_id, f"ran {ran} s in profiling, past Tprof {limit} s + {grace:g} s "
                                             "(lucidd was away): left to finish there"))

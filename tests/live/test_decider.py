@@ -568,7 +568,7 @@ def test_record_is_json_and_carries_the_config(decider):
     assert back["inbox"][0]["name"] == 'a "b"\nc ✓'
     assert back["config"] == {"tprof_s": TPROF, "nprof_gpus": 8, "skip_when_free": True, "capacity_gpus": 0,
                               "burst_capacity_gpus": 0, "burst_queue": 10, "max_job_share": 1.0,
-                              "lend_idle_gpus": False, "reclaim_lent": False, "long_tprof_s": 0, "long_share": 0.03,
+                              "lend_idle_gpus": False, "reclaim_lent": False, "long_tprof_s": 0, "long_share": 0.06,
                               "room_wait_s": 0, "starvation_s": 12 * 3600, "aging_halflife_s": 0,
                               "starving_halflife_s": 3600, "points_per_doubling": 1000}
     assert back["now"] == NOW and back["profiling_gpus"] == 32 and back["lendable"] == [0, 0]
@@ -594,3 +594,14 @@ def test_a_long_run_reaching_long_tprof_is_requeued_not_left_to_finish(tmp_path)
     plan = d.decide(inp(profiling=list(running.values()), records=records))
     assert sorted(ids(plan.requeue)) == [1, 2] and "Tprof 1000 s" in reasons(plan.requeue)[1]
     assert ids(plan.abandon) == [3]
+
+
+def test_a_long_run_requeued_at_long_tprof_leaves_its_share_to_a_younger_run(tmp_path):
+    """long_share 0.25 of 32 GPUs = 8: an 8-GPU run requeued at long_tprof_s this cycle holds no GPU
+    past it, so a 4-GPU run reaching Tprof in the same cycle goes on as a long run."""
+    d = LucidDecider(make_cfg(tmp_path, profiler={"long_tprof_s": 1000, "long_share": 0.25}))
+    running = {1: lj(1, 8, partition="profiling", state="RUNNING", start_time=NOW - 1000),
+               2: lj(2, 4, partition="profiling", state="RUNNING", start_time=NOW - TPROF)}
+    records = {jid: rec(j, profile="admitted", phase="profiling") for jid, j in running.items()}
+    plan = d.decide(inp(profiling=list(running.values()), records=records))
+    assert ids(plan.requeue) == [1] and "Tprof 1000 s" in reasons(plan.requeue)[1]
