@@ -414,7 +414,10 @@ class Reconciler:
         # after a requeue: to the partition, starting now (one job at a time: each has its own timing)
         for j in releasing:
             r = records[j.job_id]
-            reason = f"profiled for {self.cfg.profiler.tprof_s} s and requeued; runs in {r.target_partition}"
+            # how long it ran there: tprof_s, or long_tprof_s for a lent or long run
+            ran = r.requeued_at - r.profile_start if r.requeued_at and r.profile_start else None
+            reason = (f"profiled for {ran} s and requeued" if ran is not None and ran >= 0 else
+                      "profiled and requeued") + f"; runs in {r.target_partition}"
             # a borrowed run's ExcNodeList goes with it: its partition's nodes may be among those excluded
             clear = "" if j.excluded_nodes else None
             item = (f"release:{j.job_id}:profiled", j.job_id, "release",

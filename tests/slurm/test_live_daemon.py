@@ -319,6 +319,8 @@ def test_a_long_run_is_requeued_at_long_tprof(clean_cluster, tmp_path, job_scrip
     assert len(requeue) == 1 and "Tprof 70 s" in requeue[0].reason, requeue
     wait_until(lambda: any(j["job_id"] == job and j["partition"] == "main" for j in squeue()), 30,
                "its release to main")
+    release = [a for a in store.actions_for(job) if a.kind == "release"]
+    assert release and "profiled for 7" in release[0].reason, release  # 70-75 s, not Tprof's 8
     sh("scancel", str(job))
     daemon.stop()
     runs = sacct_runs([job])
