@@ -601,6 +601,27 @@ def diagnostics(real: pd.DataFrame, plan: pd.DataFrame, compression: float) -> l
     return lines
 
 
+def tprof_race(real: pd.DataFrame, plan: pd.DataFrame, tprofs_s, margin_s: float = 1.0) -> list:
+    """Lines on the jobs whose sleep ends within `margin_s` real seconds of a Tprof of the live
+    lucidd (`tprofs_s`, real seconds): whether lucidd requeues one or sees it end in profiling is a
+    race of sub-second phases (whole-second timestamps, one reconcile per interval) that the
+    simulator, which runs every job exactly its duration, does not model. Live run 6 lost four
+    such jobs to it (docs/lucid.md)."""
+    if "sleep_s" not in plan:
+        return []
+    tprofs = sorted({float(t) for t in tprofs_s if t})
+    sleep = plan.set_index("job_id")["sleep_s"].astype(float)
+    near = [j for j, v in sleep.items() if any(abs(v - t) < margin_s for t in tprofs)]
+    if not near:
+        return []
+    r = real[real["job_id"].isin(near)]
+    requeued = r[r["runs"] > 1]
+    text = ", ".join(f"{t:g}" for t in tprofs)
+    return [f"jobs whose sleep ends within {margin_s:g} real s of Tprof ({text} s): {len(near)}, of which "
+            f"{len(requeued)} were requeued live (a race the simulator does not model; their real JCT "
+            f"{requeued['real_jct_s'].sum():,.0f} trace s in all)"]
+
+
 def hostnames(text: str) -> list:
     """'gpu[1-2,4]' or 'gpu3' (sacct's node list of one job) -> ['gpu1', 'gpu2', 'gpu4']."""
     out = []
@@ -890,6 +911,9 @@ def report(out: Path, sims=None) -> int:
         diag += start_lag(real, sims["slurm"], C)
     if isinstance(nodes, dict):
         diag += vc_lines(real, sims, window, meta["partition"], meta["cluster"].get("partitions"))
+    if meta.get("live"):
+        prof = load_config(str(out / "lucidd.toml")).profiler
+        diag += tprof_race(real, plan, (prof.tprof_s, prof.long_tprof_s))
     print(head)
     print(table)
     rob = meta.get("robustness")

@@ -364,3 +364,16 @@ def test_a_busy_vcs_job_is_profiled_on_the_idle_vcs_gpus_and_the_report_counts_i
     lines = sr.vc_lines(real, sims, w, {"x": "px", "y": "py"}, {"px": ["gpu1"], "py": ["gpu2"]})
     assert lines[0].startswith("VC x (partition px, 2 jobs): avg JCT s: Slurm 3,800")
     assert lines[-1] == "profiling runs on another VC's nodes: real 1 of 1 profiled, sim lucid 1 of 1"
+
+
+def test_tprof_race_counts_jobs_ending_within_a_second_of_tprof():
+    """Live run 6: four jobs sleeping 9.9 s against a 10 s Tprof were requeued live, where the
+    simulator let them end in profiling; the report names such jobs."""
+    plan = pd.DataFrame({"job_id": ["a", "b", "c", "d"], "sleep_s": [9.9, 9.5, 3.0, 59.4]})
+    real = pd.DataFrame({"job_id": ["a", "b", "c", "d"], "runs": [2, 1, 1, 1],
+                         "real_jct_s": [900.0, 600.0, 180.0, 3600.0]})
+    lines = sr.tprof_race(real, plan, (10, 60))
+    assert lines == ["jobs whose sleep ends within 1 real s of Tprof (10, 60 s): 3, of which 1 were requeued "
+                     "live (a race the simulator does not model; their real JCT 900 trace s in all)"]
+    assert sr.tprof_race(real, plan[plan["job_id"] == "c"], (10, 60)) == []
+    assert sr.tprof_race(real, plan.drop(columns="sleep_s"), (10,)) == []
