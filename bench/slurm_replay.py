@@ -92,10 +92,6 @@ def parse_vcs(vc, nodes):
     return dict(zip(names, counts))
 
 
-def total_nodes(nodes) -> int:
-    return sum(nodes.values()) if isinstance(nodes, dict) else int(nodes)
-
-
 def nodes_text(nodes) -> str:
     if isinstance(nodes, dict):
         return " + ".join(f"{v}: {n}" for v, n in nodes.items()) + " nodes"
@@ -826,7 +822,7 @@ def cmd_run(args):
     cluster = read_cluster(runner, first)
     if isinstance(partition, dict):
         cluster["partitions"] = check_partitions(runner, partition, args.nodes)
-        cluster["nodes"] = total_nodes(args.nodes)
+        cluster["nodes"] = sum(args.nodes.values())
     elif cluster["nodes"] != args.nodes:
         raise SystemExit(f"partition {args.partition} has {cluster['nodes']} nodes, --nodes says {args.nodes}")
     params = sched_params(cluster["config"].get("SchedulerParameters") or "")
@@ -891,12 +887,14 @@ def report(out: Path, sims=None) -> int:
     nodes = meta["nodes"] if isinstance(meta["nodes"], dict) else int(meta["nodes"])
     if sims is None:
         sims = simulate(window, nodes, [p for p in policies if not p.startswith("lucid")], opts)
+    live_cfg = None
     if meta.get("live"):
         lucid = [p for p in policies if p.startswith("lucid")] or ["lucid"]
         est = json.loads((out / "lucidd_estimates.json").read_text())
         from lucidd.live.config import load_config
 
-        fallback = load_config(str(out / "lucidd.toml")).ordering.default_estimate_s * C
+        live_cfg = load_config(str(out / "lucidd.toml"))
+        fallback = live_cfg.ordering.default_estimate_s * C
         sims.update(simulate_with_estimates(window, nodes, lucid,
                                             {**opts, **lucid_options(str(out / "lucidd.toml"), C)}, est, fallback))
     real = real_results(plan, data, C, since=meta.get("t0", 0) - 5 if meta.get("t0") else None)
@@ -911,9 +909,8 @@ def report(out: Path, sims=None) -> int:
         diag += start_lag(real, sims["slurm"], C)
     if isinstance(nodes, dict):
         diag += vc_lines(real, sims, window, meta["partition"], meta["cluster"].get("partitions"))
-    if meta.get("live"):
-        prof = load_config(str(out / "lucidd.toml")).profiler
-        diag += tprof_race(real, plan, (prof.tprof_s, prof.long_tprof_s))
+    if live_cfg is not None:
+        diag += tprof_race(real, plan, (live_cfg.profiler.tprof_s, live_cfg.profiler.long_tprof_s))
     print(head)
     print(table)
     rob = meta.get("robustness")

@@ -85,7 +85,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
                                        "long_share of the profiling partition's GPUs (0: tprof_s for every run)",
                             min=0, max=7 * 86400),
         # 0.06: measured after long runs were requeued at long_tprof_s (82bad5f), better than 0.03 on
-        # Venus x0.8 and Philly x1 and the small clusters, 4 % worse on Philly x1.5 (docs/lucid.md)
+        # Venus x0.8 and Philly x1 and the small clusters; Philly x1.5 4 % worse on one replay, better
+        # on the jittered mean (docs/lucid.md)
         "long_share": Key(float, 0.06, "share of the profiling partition's GPUs that runs past tprof_s (not "
                                        "on borrowed GPUs) may hold, up to long_tprof_s", min=0.0, max=1.0),
         "room_wait_s": Key(int, 0, "how long a job waits for profiling room before it goes to its partition "
