@@ -222,6 +222,34 @@ def plan_jobs(window: pd.DataFrame, compression: float, rule: LimitRule, sleep_t
     return out
 
 
+def keep_off_tprof(window: pd.DataFrame, tprofs_real_s, compression: float, margin_s: float) -> tuple[pd.DataFrame, int]:
+    """The window with every duration that ends within `margin_s` real seconds of one of a live
+    lucidd's Tprofs (`tprofs_real_s`) moved to `margin_s` from it, on the side it was on; and how
+    many moved.
+
+    Why: at Tprof lucidd requeues a run it sees still running, so a job shorter than Tprof ends in
+    profiling and a longer one is requeued. Compressed C times, the margin between a job's end and
+    Tprof shrinks C times, below what Slurm's whole-second clock and lucidd's once-an-interval
+    reconcile resolve: live run 6 (60x) requeued four jobs that ended 0.02-0.1 real s before Tprof,
+    which uncompressed would have ended 1-6 s before a 600 s Tprof (docs/lucid.md). The simulator
+    replays the moved durations too, so both sides run the same jobs."""
+    tprofs = sorted({float(t) * compression for t in tprofs_real_s if t})
+    band = float(margin_s) * compression
+    if not tprofs or band <= 0:
+        return window, 0
+    out = window.copy()
+    d = out["duration"].astype(float).to_numpy().copy()
+    before = d.copy()
+    for t in tprofs:
+        below = (d > t - band) & (d < t)
+        above = (d >= t) & (d < t + band)
+        d[below] = t - band
+        d[above] = t + band
+    moved = int((d != before).sum())
+    out["duration"] = np.round(d).astype(out["duration"].dtype) if moved else out["duration"]
+    return out, moved
+
+
 def sbatch_argv(row, partition: str | None, name_prefix: str = "replay", comment: str | None = None) -> list:
     """The sbatch command line of one planned job (one node: --gres=gpu:N; more: -N k, 8 GPUs each).
     CPUs follow the GPUs (4 per GPU, the node's ratio), so Slurm's CPU-based node choice tracks GPUs."""
@@ -744,6 +772,15 @@ def build(args):
     base = parse_limit_rule(args.limit_rule)
     rule = ScaledLimitRule(kind=base.kind, steps_s=base.steps_s, factor=base.factor, text=base.text, base=base,
                            compression=float(args.compression))
+    if getattr(args, "live", False) and getattr(args, "lucidd_config", None) and args.tprof_margin_s > 0:
+        from lucidd.live.config import load_config
+
+        cfg = load_config(args.lucidd_config)
+        window, moved = keep_off_tprof(window, (cfg.profiler.tprof_s, cfg.profiler.long_tprof_s),
+                                       args.compression, args.tprof_margin_s)
+        if moved:
+            notes = [*notes, f"{moved} durations within {args.tprof_margin_s:g} real s of lucidd's Tprof moved "
+                             f"to {args.tprof_margin_s:g} real s from it, on the side they were on (--tprof-margin-s)"]
     plan = plan_jobs(window, args.compression, base, args.sleep_trim_s)
     return spec, window, notes, rule, plan
 
@@ -863,6 +900,7 @@ def cmd_run(args):
     meta = {"argv": sys.argv[1:], "window": dataclasses.asdict(spec), "nodes": args.nodes,
             "robustness": [{"what": d, "jct_change_pct": round(j, 2), "within_1h_pct": round(w, 1)} for d, j, w in rob],
             "compression": args.compression, "limit_rule": args.limit_rule, "sleep_trim_s": args.sleep_trim_s,
+            "tprof_margin_s": args.tprof_margin_s if args.live else None,
             "partition": partition, "live": args.live, "policies": args.policies, "t0": t0,
             "wall_s": round(wall, 1), "cluster": cluster, "notes": notes,
             "model_options": {k: (v if k != "limit_rule" else rule.describe()) for k, v in opts.items()}}
@@ -946,6 +984,11 @@ def main(argv=None):
                    help="lucidd runs on the cluster (its job_submit.lua routes every job through the inbox): "
                         "compare with the simulator's lucid policy as well")
     p.add_argument("--lucidd-config", default=None, help="with --live: the running lucidd's config file")
+    p.add_argument("--tprof-margin-s", type=float, default=1.0,
+                   help="with --live: move a duration that ends within this many real seconds of one of "
+                        "lucidd's Tprofs to this far from it, on its side, in both the replay and the "
+                        "simulation (default 1; 0: off). Compression shrinks the margin below Slurm's "
+                        "whole-second clock, so such a job's fate is otherwise a race")
     p = sub.add_parser("calibrate", help="measure the dead time per job (for --sleep-trim-s)")
     p.add_argument("--partition", default="main")
     p.add_argument("--chain", type=int, default=10, help="jobs per GPU, back to back (default 10)")

@@ -377,3 +377,19 @@ def test_tprof_race_counts_jobs_ending_within_a_second_of_tprof():
                      "live (a race the simulator does not model; their real JCT 900 trace s in all)"]
     assert sr.tprof_race(real, plan[plan["job_id"] == "c"], (10, 60)) == []
     assert sr.tprof_race(real, plan.drop(columns="sleep_s"), (10,)) == []
+
+
+def test_keep_off_tprof_moves_durations_near_tprof_to_their_side():
+    """At 60x a job 6 trace s short of a 600 s Tprof ends 0.1 real s before it: live that is a
+    race (run 6), so the replay moves such durations a real second (60 trace s) off every Tprof,
+    keeping the side: shorter ones still end in profiling, longer ones are still requeued."""
+    w = trace([("a", "x", 1, 0, 594), ("b", "x", 1, 0, 540), ("c", "x", 1, 0, 600), ("d", "x", 1, 0, 659),
+               ("e", "x", 1, 0, 3590), ("f", "x", 1, 0, 120), ("g", "x", 1, 0, 541)])
+    out, moved = sr.keep_off_tprof(w, (10, 60), 60, 1.0)
+    assert out["duration"].tolist() == [540, 540, 660, 660, 3540, 120, 540]
+    assert moved == 5
+    assert w["duration"].tolist()[0] == 594  # the caller's window is left alone
+    plan = sr.plan_jobs(out, 60, LimitRule())
+    assert sr.tprof_race(pd.DataFrame({"job_id": plan["job_id"], "runs": 1, "real_jct_s": 0.0}), plan, (10, 60)) == []
+    assert sr.keep_off_tprof(w, (10, 60), 60, 0.0)[1] == 0
+    assert sr.keep_off_tprof(w, (0,), 60, 1.0)[1] == 0
