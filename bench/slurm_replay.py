@@ -243,7 +243,7 @@ def keep_off_tprof(window: pd.DataFrame, tprofs_real_s, compression: float, marg
     for t in tprofs:
         below = (d > t - band) & (d < t)
         above = (d >= t) & (d < t + band)
-        d[below] = t - band
+        d[below] = max(t - band, 0.0)  # a Tprof under the margin: such jobs end at once
         d[above] = t + band
     moved = int((d != before).sum())
     out["duration"] = np.round(d).astype(out["duration"].dtype) if moved else out["duration"]

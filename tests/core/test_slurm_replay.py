@@ -393,3 +393,4 @@ def test_keep_off_tprof_moves_durations_near_tprof_to_their_side():
     assert sr.tprof_race(pd.DataFrame({"job_id": plan["job_id"], "runs": 1, "real_jct_s": 0.0}), plan, (10, 60)) == []
     assert sr.keep_off_tprof(w, (10, 60), 60, 0.0)[1] == 0
     assert sr.keep_off_tprof(w, (0,), 60, 1.0)[1] == 0
+    assert sr.keep_off_tprof(trace([("h", "x", 1, 0, 50)]), (1,), 60, 2.0)[0]["duration"].tolist() == [0]
