@@ -24,8 +24,9 @@ fi
 # LUCIDD_EXTRAS: the extras to install (scripts/test.sh adds rl for the DL2 smoke training).
 extras=${LUCIDD_EXTRAS:-test}
 stamp=.venv/.lucidd-installed-${extras//,/-}
-if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ scripts/constraints.txt -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e ".[$extras]"
+  # constraints.txt: the numeric stack's exact versions, so replays print the documented figures
+  .venv/bin/python -m pip install -q -c scripts/constraints.txt -e ".[$extras]"
   touch "$stamp"
 fi
