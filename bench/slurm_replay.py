@@ -222,6 +222,12 @@ def plan_jobs(window: pd.DataFrame, compression: float, rule: LimitRule, sleep_t
     return out
 
 
+def live_tprofs(cfg) -> tuple:
+    """The Tprofs (real seconds) a live lucidd with this config requeues runs at: `tprof_s`, and
+    `long_tprof_s` for lent runs and the oldest long ones."""
+    return cfg.profiler.tprof_s, cfg.profiler.long_tprof_s
+
+
 def keep_off_tprof(window: pd.DataFrame, tprofs_real_s, compression: float, margin_s: float) -> tuple[pd.DataFrame, int]:
     """The window with every duration that ends within `margin_s` real seconds of one of a live
     lucidd's Tprofs (`tprofs_real_s`) moved to `margin_s` from it, on the side it was on; and how
@@ -238,7 +244,7 @@ def keep_off_tprof(window: pd.DataFrame, tprofs_real_s, compression: float, marg
     if not tprofs or band <= 0:
         return window, 0
     out = window.copy()
-    d = out["duration"].astype(float).to_numpy().copy()
+    d = out["duration"].to_numpy(dtype=float, copy=True)
     before = d.copy()
     for t in tprofs:
         below = (d > t - band) & (d < t)
@@ -776,8 +782,7 @@ def build(args):
         from lucidd.live.config import load_config
 
         cfg = load_config(args.lucidd_config)
-        window, moved = keep_off_tprof(window, (cfg.profiler.tprof_s, cfg.profiler.long_tprof_s),
-                                       args.compression, args.tprof_margin_s)
+        window, moved = keep_off_tprof(window, live_tprofs(cfg), args.compression, args.tprof_margin_s)
         if moved:
             notes = [*notes, f"{moved} durations within {args.tprof_margin_s:g} real s of lucidd's Tprof moved "
                              f"to {args.tprof_margin_s:g} real s from it, on the side they were on (--tprof-margin-s)"]
@@ -948,7 +953,7 @@ def report(out: Path, sims=None) -> int:
     if isinstance(nodes, dict):
         diag += vc_lines(real, sims, window, meta["partition"], meta["cluster"].get("partitions"))
     if live_cfg is not None:
-        diag += tprof_race(real, plan, (live_cfg.profiler.tprof_s, live_cfg.profiler.long_tprof_s))
+        diag += tprof_race(real, plan, live_tprofs(live_cfg))
     print(head)
     print(table)
     rob = meta.get("robustness")
