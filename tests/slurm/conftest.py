@@ -9,6 +9,7 @@ under CI=true a skip fails the run (tests/conftest.py).
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -84,7 +85,9 @@ def sbatch(script, seconds, *opts, name="t", cwd=None) -> int:
 
 def sacct_runs(job_ids, settle_s=20) -> dict:
     """job_id -> list of runs [(partition, state, start)] from `sacct -D` (requeued runs first).
-    slurmdbd lags slurmctld by a moment: wait until every job's last run is recorded as ended."""
+    slurmdbd lags slurmctld by a moment: wait until every job's last run is recorded as ended.
+    A run cancelled before it started has no start; it can only be the last (a requeued run
+    started), so it sorts last, not first."""
     end = time.time() + settle_s
     while True:
         data = json.loads(sh("sacct", "--json", "--duplicates", "--allusers", "-j", ",".join(map(str, job_ids))))
@@ -92,7 +95,7 @@ def sacct_runs(job_ids, settle_s=20) -> dict:
         for j in data["jobs"]:
             runs.setdefault(j["job_id"], []).append((j["partition"], j["state"]["current"], j["time"]["start"]))
         for v in runs.values():
-            v.sort(key=lambda r: r[2] or 0)
+            v.sort(key=lambda r: r[2] or math.inf)
         settled = all(j in runs and runs[j][-1][0] and runs[j][-1][1] not in ("RUNNING", "PENDING", "REQUEUED")
                       for j in job_ids)
         if settled or time.time() > end:
