@@ -35,8 +35,14 @@ def squeue() -> list[dict]:
     return json.loads(sh("squeue", "--json"))["jobs"]
 
 
+# squeue keeps an ended job a while (MinJobAge); every other state is a job still in play,
+# including the REQUEUED / SUSPENDED / SIGNALING moments a requeue passes through
+ENDED_STATES = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+                "OUT_OF_MEMORY", "SPECIAL_EXIT"}
+
+
 def active_jobs() -> list[dict]:
-    return [j for j in squeue() if j["job_state"] in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING")]
+    return [j for j in squeue() if j["job_state"] not in ENDED_STATES]
 
 
 def wait_until(pred, timeout, what, step=0.5):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -88,7 +89,8 @@ def test_lucid_order_as_sitefactor(clean_cluster, tmp_path, job_script, lucidd_f
     """Pending jobs start in Lucid's order (estimate x GPUs; same estimate here, so fewer GPUs first)."""
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
     daemon = lucidd_factory(cfg).start()
-    blocker = sbatch(job_script, 12, "-w", "gpu1", "--exclusive", "--gres=gpu:8", "--comment", "lucid:noprofile",
+    # 20 s: the blocker must outlast lucidd's release of all four jobs (maybe over two cycles)
+    blocker = sbatch(job_script, 20, "-w", "gpu1", "--exclusive", "--gres=gpu:8", "--comment", "lucid:noprofile",
                      name="blocker")
     wait_until(lambda: any(j["job_id"] == blocker and j["job_state"] == "RUNNING" for j in squeue()), 30,
                "the blocker to run")
@@ -163,8 +165,11 @@ def test_kill9_failopen_then_resume_without_second_requeue(clean_cluster, tmp_pa
 
 
 def test_slurmctld_restart_while_lucidd_runs(clean_cluster, tmp_path, job_script, lucidd_factory):
+    # room_wait_s 120: just after a restart slurmctld may call nodes unavailable for ~10 s; this test
+    # is about surviving the restart, not about the wait for profiling room (2 x Tprof, 16 s)
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state", slurm={"command_timeout_s": 5.0,
-                                                                             "default_partition": "main"})
+                                                                             "default_partition": "main"},
+                       profiler={"room_wait_s": 120})
     daemon = lucidd_factory(cfg).start()
     time.sleep(2)
     sh(str(TC), "ctld-stop")
@@ -236,7 +241,9 @@ def test_a_job_admitted_to_profiling_that_cannot_start_there_goes_to_its_partiti
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
     daemon = lucidd_factory(cfg).start()
     nodes = [f"gpu{i}" for i in range(1, 5)]  # the test cluster's 4 nodes x 8 GPUs (scripts/testcluster.sh)
-    blockers = [sbatch(job_script, 30, "-w", n, "--exclusive", "--gres=gpu:8", "--comment", "lucid:noprofile",
+    # 60 s: they must outlast the withdrawal at 2 x Tprof after lucidd first sees the job (~17 s)
+    # by a margin a loaded machine cannot eat, or the job starts in profiling after all
+    blockers = [sbatch(job_script, 60, "-w", n, "--exclusive", "--gres=gpu:8", "--comment", "lucid:noprofile",
                        name=f"block-{n}") for n in nodes]
     wait_until(lambda: sum(j["job_id"] in blockers and j["job_state"] == "RUNNING" for j in squeue()) == len(blockers),
                60, "the blockers to hold every GPU")
@@ -314,13 +321,16 @@ def test_a_long_run_is_requeued_at_long_tprof(clean_cluster, tmp_path, job_scrip
                                                         for j in squeue())
     wait_until(lambda: store.job(job).requeued_at is not None, 90, "the requeue at long_tprof_s")
     row = store.job(job)
-    assert 70 <= row.requeued_at - row.profile_start <= 75, row
+    # 70 s, plus lucidd's cycle and whatever a loaded CI machine adds; well short of the 130 s
+    # (Tprof 70 + the 60 s grace) where a run counts as missed and is left alone
+    assert 70 <= row.requeued_at - row.profile_start <= 100, row
     requeue = [a for a in store.actions_for(job) if a.kind == "requeue"]
     assert len(requeue) == 1 and "Tprof 70 s" in requeue[0].reason, requeue
     wait_until(lambda: any(j["job_id"] == job and j["partition"] == "main" for j in squeue()), 30,
                "its release to main")
     release = [a for a in store.actions_for(job) if a.kind == "release"]
-    assert release and "profiled for 7" in release[0].reason, release  # 70-75 s, not Tprof's 8
+    profiled = re.search(r"profiled for (\d+) s", release[0].reason) if release else None
+    assert profiled and 70 <= int(profiled.group(1)) <= 100, release  # not Tprof's 8
     sh("scancel", str(job))
     daemon.stop()
     runs = sacct_runs([job])
@@ -374,12 +384,22 @@ def test_dry_run_changes_nothing(clean_cluster, tmp_path, job_script, lucidd_fac
     sh("scontrol", "update", "partitionname=inbox", "state=UP")  # shadow mode: the admin keeps it open
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
     daemon = lucidd_factory(cfg, "--dry-run").start()
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+
+    def cycled():
+        try:
+            return store.get_meta("last_ok_cycle") is not None
+        except StoreError:  # lucidd has not created its tables yet
+            return False
+
+    # the inbox is up, so the jobs run with or without lucidd: it must be watching before they
+    # are submitted, or it first sees them running and has nothing to (not) do
+    wait_until(cycled, 60, "lucidd's first dry-run cycle")
     blocker = sbatch(job_script, 6, "-p", "main", "-w", "gpu1", "--exclusive", "--gres=gpu:8", name="b")
     job = sbatch(job_script, 2, "-p", "main", "-w", "gpu1", "--exclusive", "--gres=gpu:1", name="dry")
     wait_until(lambda: not [j for j in active_jobs() if j["job_id"] in (job, blocker)], 60, "jobs to finish")
     daemon.stop()
     assert partition_up("inbox")
-    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
     acts = store.actions_for(job)
     assert acts and all(a.status == "dry-run" for a in acts)
     assert sacct_runs([job])[job][-1][0] == "inbox"  # Slurm ran it where it was; lucidd moved nothing
