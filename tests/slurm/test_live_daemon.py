@@ -29,6 +29,16 @@ def _runs_ok(runs, job_id):
     assert all(state != "FAILED" for _, state, _ in runs[job_id]), runs[job_id]
 
 
+def _until_tables(read):
+    """`read` as a wait_until predicate on lucidd's database: False until lucidd has created its tables."""
+    def pred():
+        try:
+            return read()
+        except StoreError:
+            return False
+    return pred
+
+
 def test_profiling_route_skips_and_history(clean_cluster, tmp_path, job_script, lucidd_factory):
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
     daemon = lucidd_factory(cfg).start()
@@ -309,12 +319,7 @@ def test_a_long_run_is_requeued_at_long_tprof(clean_cluster, tmp_path, job_scrip
     job = sbatch(job_script, 200, "--gres=gpu:1", name="long-run")
     store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
 
-    def started():
-        try:
-            return (r := store.job(job)) is not None and r.profile_start is not None
-        except StoreError:  # lucidd has not created its tables yet
-            return False
-
+    started = _until_tables(lambda: (r := store.job(job)) is not None and r.profile_start is not None)
     wait_until(started, 30, "the profiling run")
     time.sleep(20)  # past Tprof: still running in profiling, as a long run
     assert store.job(job).profile == "admitted" and any(j["job_id"] == job and j["partition"] == "profiling"
@@ -385,16 +390,9 @@ def test_dry_run_changes_nothing(clean_cluster, tmp_path, job_script, lucidd_fac
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
     daemon = lucidd_factory(cfg, "--dry-run").start()
     store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
-
-    def cycled():
-        try:
-            return store.get_meta("last_ok_cycle") is not None
-        except StoreError:  # lucidd has not created its tables yet
-            return False
-
     # the inbox is up, so the jobs run with or without lucidd: it must be watching before they
     # are submitted, or it first sees them running and has nothing to (not) do
-    wait_until(cycled, 60, "lucidd's first dry-run cycle")
+    wait_until(_until_tables(lambda: store.get_meta("last_ok_cycle") is not None), 60, "lucidd's first dry-run cycle")
     blocker = sbatch(job_script, 6, "-p", "main", "-w", "gpu1", "--exclusive", "--gres=gpu:8", name="b")
     job = sbatch(job_script, 2, "-p", "main", "-w", "gpu1", "--exclusive", "--gres=gpu:1", name="dry")
     wait_until(lambda: not [j for j in active_jobs() if j["job_id"] in (job, blocker)], 60, "jobs to finish")
