@@ -113,6 +113,7 @@ class Reconciler:
         self.managed = set(s.managed_partitions)
         self.last_history_read = 0
         self._records = None  # open job records, cached between cycles (see _open_records)
+        self._unmovable = {}  # job_id -> (retry at, pause): moves Slurm refused for good (_unmovable_now)
 
     # -- helpers --------------------------------------------------------------------------------
     def is_managed(self, partition: str) -> bool:
@@ -202,6 +203,8 @@ class Reconciler:
                 del records[jid]
                 self._records.pop(jid, None)
                 continue
+            if not self.dry_run:
+                self._adopt(r, j, now, changed)
             if j.start_time and r.start_time != j.start_time and j.active:
                 if r.start_time is None and r.site_factor is not None and j.partition == r.target_partition:
                     r.started_ahead_of = sum(1 for v in waiting_factors.get(r.target_partition, ())
@@ -225,6 +228,22 @@ class Reconciler:
         # 4. decide
         inbox_jobs = [seen[jid] for jid, r in records.items()
                       if r.phase == "inbox" and seen[jid].pending and (seen[jid].partition == self.inbox or self.dry_run)]
+        # A job whose partition Slurm does not list goes straight there (not profiled: if the move
+        # fails, it must fail before a profiling run, not after one); a job whose move failed for
+        # good (no such partition) waits in the inbox and is retried with a growing pause.
+        direct, keep = [], []
+        for j in inbox_jobs:
+            r = records[j.job_id]
+            if self._backing_off(j.job_id, now):
+                continue
+            missing = [p for p in r.target_partition.split(",") if p not in snap.partitions] if snap.partitions else []
+            if r.profile == "skipped" and not self.dry_run:  # back in the inbox after a requeue (_adopt)
+                direct.append((j.job_id, r.profile_reason))
+            elif missing and not self.dry_run:
+                direct.append((j.job_id, f"not profiled: Slurm lists no partition {','.join(missing)}"))
+            else:
+                keep.append(j)
+        inbox_jobs = keep
         in_profiling = [seen[jid] for jid, r in records.items() if seen[jid].partition == self.profiling]
         waiting = [seen[jid] for jid in records if seen[jid].pending and self.is_managed(seen[jid].partition)]
         prof_gpus = sum(n.gpus for n in snap.nodes.values() if self.profiling in n.partitions and n.usable)
@@ -240,6 +259,7 @@ class Reconciler:
         inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus, queued, free,
                             lend_gpus, lend_node, busy)
         plan = self.decider.decide(inp)
+        plan.release.extend(direct)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
         recorded = self.decider.record(inp, plan)
         n = self._apply(plan, snap, records, seen, releasing, changed, now)
@@ -293,6 +313,50 @@ class Reconciler:
             return 0, 0, [], frozenset(busy)
         return gpus, most, others, frozenset(busy)  # others empty: every node is lendable, no steering needed
 
+    def _adopt(self, r: JobRow, j: LiveJob, now: int, changed: dict):
+        """Bring a record back in line with where Slurm has the job, when they disagree.
+
+        * Recorded in the inbox but found in profiling or in its partition: lucidd moved it and did
+          not record the move (killed between the scontrol call and the database write, a cycle cut
+          short by a transient error after the move, or scontrol reporting an error for a change it
+          made). In profiling it is treated as admitted, so Tprof and the 2 x Tprof withdrawal apply.
+        * Recorded as out of the inbox but pending in it again: it started there while the inbox
+          was open (lucidd stopped, the database down, `lucidd-failopen`) and Slurm requeued it
+          (node failure, preemption, `scontrol requeue`). It goes to its partition, unprofiled."""
+        if r.phase == "inbox" and j.partition == self.profiling:
+            r.phase, r.profile, r.restarts = "profiling", "admitted", j.restart_count
+            r.lent = bool(j.excluded_nodes)  # a user's own --exclude is never profiled: lucidd's steering
+            r.profile_reason = "found in the profiling partition: its admission was not recorded"
+        elif r.phase == "inbox" and j.partition != self.inbox and self.is_managed(j.partition):
+            r.phase, r.profile, r.released_at = "released", "skipped", now
+            r.profile_reason = f"found in {j.partition}: its release was not recorded"
+        elif r.phase in ("released", "requeued", "done") and j.partition == self.inbox and j.pending:
+            r.phase, r.profile = "inbox", "skipped"
+            r.profile_reason = (f"not profiled: back in {self.inbox} after a requeue (restart {j.restart_count}; "
+                                f"it had started there while the inbox was open)")
+        else:
+            return
+        log.warning("job %s: %s", r.job_id, r.profile_reason)
+        changed[r.job_id] = r
+
+    def _backing_off(self, job_id: int, now: int) -> bool:
+        """True while a job whose move failed for good waits before lucidd tries it again."""
+        until = self._unmovable.get(job_id, (0, 0))[0]
+        return now < until
+
+    def _unmovable_now(self, r: JobRow, error: str, now: int, changed: dict):
+        """A job's move to its partition failed for good (say no such partition: job_submit.lua sent
+        it to the inbox before Slurm could refuse it). It waits in the inbox, retried after 1 min,
+        doubling to 1 h, and the reason says what its owner can do."""
+        _until, delay = self._unmovable.get(r.job_id, (0, 0))
+        delay = min(3600, max(60, 2 * delay))
+        self._unmovable[r.job_id] = (now + delay, delay)
+        r.profile_reason = (f"waits in {self.inbox}: Slurm refused to move it to {r.target_partition} ({error}); "
+                            f"retried in {delay} s. Its owner can `scontrol update jobid={r.job_id} "
+                            f"partition=<name>` or scancel it")
+        log.error("job %s: %s", r.job_id, r.profile_reason)
+        changed[r.job_id] = r
+
     def _open_records(self) -> dict:
         """Jobs not yet ended, kept in memory between cycles (lucidd is their only writer) and
         loaded from the database at start and after any database error."""
@@ -320,12 +384,13 @@ class Reconciler:
         return bool(self._act_batch([(key, job_id, kind, args, reason)], lambda ids: fn(), now,
                                     idempotent=idempotent))
 
-    def _act_batch(self, items, fn, now, idempotent=True, applied=None) -> set:
+    def _act_batch(self, items, fn, now, idempotent=True, applied=None, errors=None) -> set:
         """Apply one change to several jobs with one Slurm call: items = [(key, job_id, kind, args,
         reason)], fn(job_ids). Written as planned first, then sent, then marked applied, so a restart
         sees what was under way. A key already applied is skipped. If the batch call fails for good
         (say one job ended meanwhile) each job is tried alone, so one bad job never blocks the rest.
-        Returns the job ids Slurm took."""
+        Returns the job ids Slurm took; `errors`, when given, gets job id -> message for each job
+        Slurm refused for good."""
         if idempotent:
             done = applied if applied is not None else self.store.applied_keys([it[0] for it in items])
             items = [it for it in items if it[0] not in done]
@@ -349,6 +414,8 @@ class Reconciler:
                 if len(chunk) == 1:
                     self.store.record_actions(chunk, now, "failed", str(exc))
                     log.warning("%s job %s failed: %s", chunk[0][2], chunk[0][1], exc)
+                    if errors is not None:
+                        errors[chunk[0][1]] = str(exc)
                     continue
                 good = []
                 for it in chunk:
@@ -360,6 +427,8 @@ class Reconciler:
                             raise
                         self.store.record_actions([it], now, "failed", str(one))
                         log.warning("%s job %s failed: %s", it[2], it[1], one)
+                        if errors is not None:
+                            errors[it[1]] = str(one)
             self.store.record_actions(good, now, "applied")
             for key, jid, kind, _args, reason in good:
                 log.info("%s%s: %s", kind, "" if jid is None else f" job {jid}", reason)
@@ -369,11 +438,14 @@ class Reconciler:
     def _apply(self, plan: Plan, snap, records, seen, releasing, changed, now) -> int:
         n = 0
         sf = plan.site_factors
-        keys = ([f"sitefactor:{jid}:{v[0]}" for jid, v in sf.items()
+        key = self._key
+        keys = ([key("sitefactor", jid, records, v[0]) for jid, v in sf.items()
                  if jid in records and records[jid].site_factor != v[0]]
-                + [f"requeue:{jid}" for jid, _ in plan.requeue]
-                + [f"release:{j.job_id}:profiled" for j in releasing] + [f"profile:{jid}" for jid, _ in plan.profile]
-                + [f"release:{jid}:direct" for jid, _ in plan.release])
+                + [key("requeue", jid, records) for jid, _ in plan.requeue]
+                + [key("release", j.job_id, records, "profiled") for j in releasing]
+                + [key("profile", jid, records) for jid, _ in plan.profile]
+                + [key("release", jid, records, "direct", seen[jid].restart_count) for jid, _ in plan.release
+                   if jid in seen])
         applied = self.store.applied_keys(keys)
         # Order first: a job lands in its partition with its SiteFactor already set. Jobs that share
         # a value share one call.
@@ -383,8 +455,8 @@ class Reconciler:
             j = seen.get(jid)
             if r is None or r.site_factor == value or j is None or not j.pending:
                 continue  # rank and reason are kept as of the value's decision: no write per cycle
-            by_value.setdefault(value, []).append((f"sitefactor:{jid}:{value}", jid, "sitefactor", {"value": value},
-                                                   reason))
+            by_value.setdefault(value, []).append((key("sitefactor", jid, records, value), jid, "sitefactor",
+                                                   {"value": value}, reason))
         for value, items in by_value.items():
             for jid in self._act_batch(items, lambda ids, value=value: self.backend.set_site_factor(ids, value), now,
                                        applied=applied):
@@ -398,7 +470,7 @@ class Reconciler:
             if j is None or r is None or j.partition != self.profiling or j.state != "RUNNING" \
                     or j.restart_count != r.restarts:
                 continue
-            if self._act_batch([(f"requeue:{jid}", jid, "requeue", {}, reason)],
+            if self._act_batch([(key("requeue", jid, records), jid, "requeue", {}, reason)],
                                lambda ids: self.backend.requeue(ids[0]), now, applied=applied):
                 r.profile, r.phase = "requeued", "requeued"
                 r.requeued_at = int(self.clock())  # the release waits until this second is over
@@ -420,7 +492,7 @@ class Reconciler:
                       "profiled and requeued") + f"; runs in {r.target_partition}"
             # a borrowed run's ExcNodeList goes with it: its partition's nodes may be among those excluded
             clear = "" if j.excluded_nodes else None
-            item = (f"release:{j.job_id}:profiled", j.job_id, "release",
+            item = (key("release", j.job_id, records, "profiled"), j.job_id, "release",
                     {"partition": r.target_partition, "starttime": "now"} | ({"excnodelist": ""} if clear == "" else {}),
                     reason)
             if self._act_batch([item], lambda ids, r=r, clear=clear: self.backend.move(ids, r.target_partition,
@@ -439,10 +511,10 @@ class Reconciler:
             if j is None or r is None or (j.partition != self.inbox and not self.dry_run) or not j.pending:
                 continue
             if jid in lent and exclude:
-                lent_items.append((f"profile:{jid}", jid, "profile", {"partition": self.profiling,
-                                                                      "excnodelist": exclude}, reason))
+                lent_items.append((key("profile", jid, records), jid, "profile", {"partition": self.profiling,
+                                                                                   "excnodelist": exclude}, reason))
             else:
-                items.append((f"profile:{jid}", jid, "profile", {"partition": self.profiling}, reason))
+                items.append((key("profile", jid, records), jid, "profile", {"partition": self.profiling}, reason))
             reasons[jid] = reason
         admitted = self._act_batch(items, lambda ids: self.backend.move(ids, self.profiling), now, applied=applied)
         admitted |= self._act_batch(lent_items, lambda ids: self.backend.move(ids, self.profiling, exclude=exclude),
@@ -468,16 +540,31 @@ class Reconciler:
             clear = from_profiling and bool(j.excluded_nodes)
             args = {"partition": r.target_partition} | ({"excnodelist": ""} if clear else {})
             by_target.setdefault((r.target_partition, clear), []).append(
-                (f"release:{jid}:direct", jid, "release", args, reason))
+                (key("release", jid, records, "direct", j.restart_count), jid, "release", args, reason))
             reasons[jid] = reason
         for (target, clear), items in by_target.items():
-            for jid in self._act_batch(items, lambda ids, target=target, clear=clear: self.backend.move(
-                    ids, target, exclude="" if clear else None), now, applied=applied):
+            errors = {}
+            moved = self._act_batch(items, lambda ids, target=target, clear=clear: self.backend.move(
+                ids, target, exclude="" if clear else None), now, applied=applied, errors=errors)
+            for jid in moved:
                 r = records[jid]
                 r.profile, r.phase, r.profile_reason, r.released_at = "skipped", "released", reasons[jid], now
+                self._unmovable.pop(jid, None)
                 changed[jid] = r
                 n += 1
+            for jid, error in errors.items():
+                if seen[jid].partition == self.inbox and "invalid partition" in error.lower():
+                    self._unmovable_now(records[jid], error, now, changed)
         return n
+
+    @staticmethod
+    def _key(kind: str, job_id: int, records: dict, *detail) -> str:
+        """An action's idempotency key: what, which job, and which incarnation of that job id (when
+        lucidd first saw it), so a job id Slurm hands out again (after lost state or at the MaxJobId
+        wrap) is a new job, not one whose moves were already made."""
+        r = records.get(job_id)
+        seen_at = r.first_seen if r is not None else 0
+        return ":".join(str(x) for x in (kind, job_id, *detail, f"s{seen_at}"))
 
     # -- history for the models ---------------------------------------------------------------------
     def read_history(self, now: int) -> int:

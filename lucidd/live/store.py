@@ -3,7 +3,8 @@ with reasons, reconcile cycles, finished-job history and model versions.
 
 SQLite by default; any SQLAlchemy URL by config (PostgreSQL is tested for real). A restarted
 daemon resumes from here without repeating an action: every Slurm change is first written as an
-action with a unique key (e.g. `requeue:1234:0` = requeue job 1234 after its run 0), and a key
+action with a unique key (e.g. `requeue:1234:s1790000000` = requeue job 1234, the one first seen at
+that second: a job id Slurm hands out again is another job), and a key
 already applied is never applied again.
 """
 
@@ -21,7 +22,12 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from ..errors import LucidError
 
-SCHEMA_VERSION = 2  # 2: jobs.lent
+SCHEMA_VERSION = 3  # 2: jobs.lent; 3: partition, user and account columns TEXT (were VARCHAR(200))
+
+# Columns that were VARCHAR(200) before schema 3: Slurm takes a `-p` list of up to 1,024 characters,
+# and on PostgreSQL one longer than 200 failed every cycle's write.
+_WIDENED = {"jobs": ("requested_partition", "target_partition", "user", "account", "partition_ran"),
+            "history": ("user", "partition")}
 
 
 class StoreError(LucidError):
@@ -39,11 +45,11 @@ class JobRow(Base):
     job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     first_seen: Mapped[int] = mapped_column(BigInteger)
     original_submit: Mapped[int] = mapped_column(BigInteger)
-    requested_partition: Mapped[str | None] = mapped_column(String(200), nullable=True)
-    target_partition: Mapped[str] = mapped_column(String(200))
+    requested_partition: Mapped[str | None] = mapped_column(Text, nullable=True)
+    target_partition: Mapped[str] = mapped_column(Text)
     name: Mapped[str] = mapped_column(Text, default="")
-    user: Mapped[str] = mapped_column(String(200), default="")
-    account: Mapped[str] = mapped_column(String(200), default="")
+    user: Mapped[str] = mapped_column(Text, default="")
+    account: Mapped[str] = mapped_column(Text, default="")
     gpus: Mapped[int] = mapped_column(Integer, default=0)
     # lucidd's view of the job's life: inbox | profiling | requeued | released | done
     phase: Mapped[str] = mapped_column(String(20), default="inbox")
@@ -61,7 +67,7 @@ class JobRow(Base):
     start_time: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     end_time: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     final_state: Mapped[str] = mapped_column(String(40), default="")
-    partition_ran: Mapped[str] = mapped_column(String(200), default="")
+    partition_ran: Mapped[str] = mapped_column(Text, default="")
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     # when Slurm started it: how many jobs of its partition that lucidd ranked ahead of it were still
     # waiting (0: Slurm followed lucidd's order for this job; backfill and other factors can jump)
@@ -106,8 +112,8 @@ class HistoryRow(Base):
     __tablename__ = "history"
     job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     name: Mapped[str] = mapped_column(Text, default="")
-    user: Mapped[str] = mapped_column(String(200), default="")
-    partition: Mapped[str] = mapped_column(String(200), default="")
+    user: Mapped[str] = mapped_column(Text, default="")
+    partition: Mapped[str] = mapped_column(Text, default="")
     gpus: Mapped[int] = mapped_column(Integer, default=0)
     submit_time: Mapped[int] = mapped_column(BigInteger)
     start_time: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
@@ -179,10 +185,22 @@ class Store:
         makes missing tables only). Each is nullable or has a default, so old rows stay valid."""
         from sqlalchemy import inspect
 
-        have = {c["name"] for c in inspect(self.engine).get_columns("jobs")}
+        insp = inspect(self.engine)
+        have = {c["name"] for c in insp.get_columns("jobs")}
+        dialect = self.engine.dialect.name
         with self.engine.begin() as c:
             if "lent" not in have:
                 c.exec_driver_sql("ALTER TABLE jobs ADD COLUMN lent BOOLEAN DEFAULT FALSE")
+            if dialect in ("postgresql", "mysql", "mariadb"):  # SQLite does not enforce a length
+                for table, cols in _WIDENED.items():
+                    for col in insp.get_columns(table):
+                        if col["name"] in cols and getattr(col["type"], "length", None):
+                            name = self.engine.dialect.identifier_preparer.quote(col["name"])
+                            if dialect == "postgresql":
+                                c.exec_driver_sql(f"ALTER TABLE {table} ALTER COLUMN {name} TYPE TEXT")
+                            else:
+                                c.exec_driver_sql(f"ALTER TABLE {table} MODIFY {name} TEXT"
+                                                  f"{'' if col['nullable'] else ' NOT NULL'}")
 
     @contextmanager
     def _guard(self, what):

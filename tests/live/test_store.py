@@ -99,6 +99,39 @@ def test_a_database_of_schema_1_gains_the_lent_column(store):
     assert store.job(2).lent is True
 
 
+def test_a_partition_list_longer_than_200_characters_is_kept(store):
+    """Slurm takes a `-p` list of up to 1,024 characters; on PostgreSQL a VARCHAR(200) column made
+    every cycle's write fail (and lucidd fail open every cycle) for one such job."""
+    parts = ",".join(f"partition{i:03d}" for i in range(80))  # 1,039 characters
+    store.save_jobs([job(7, requested_partition=parts, target_partition=parts, partition_ran=parts,
+                         user="u" * 300, account="a" * 300)])
+    row = store.job(7)
+    assert (row.requested_partition, row.target_partition, row.partition_ran) == (parts, parts, parts)
+    store.add_history([{"job_id": 7, "name": "n", "user": "u" * 300, "partition": parts, "gpus": 1,
+                        "submit_time": 1, "start_time": 2, "end_time": 3, "duration": 1, "state": "COMPLETED"}])
+    assert store.history(0)[0].partition == parts
+
+
+def test_a_database_of_schema_2_has_its_varchar_columns_widened(store):
+    """A database an older lucidd made (VARCHAR(200) partition, user and account columns) is
+    altered in place by create(); SQLite, which enforces no length, is left as it is."""
+    store.save_jobs([job(1, requested_partition="main", target_partition="main")])
+    pg = store.engine.dialect.name == "postgresql"
+    if pg:
+        with store.engine.begin() as c:
+            for col in ("requested_partition", "target_partition", "partition_ran", '"user"', "account"):
+                c.exec_driver_sql(f"ALTER TABLE jobs ALTER COLUMN {col} TYPE VARCHAR(200)")
+            for col in ('"user"', "partition"):
+                c.exec_driver_sql(f"ALTER TABLE history ALTER COLUMN {col} TYPE VARCHAR(200)")
+            c.exec_driver_sql("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        with pytest.raises(StoreError, match="too long"):
+            store.save_jobs([job(2, target_partition="p" * 201)])
+    store.create()
+    assert store.get_meta("schema_version") == str(SCHEMA_VERSION)
+    store.save_jobs([job(2, target_partition="p" * 1024, user="u" * 300)])
+    assert store.job(2).target_partition == "p" * 1024 and store.job(1).target_partition == "main"
+
+
 def test_sqlite_creates_its_directory(tmp_path):
     path = tmp_path / "a" / "b" / "lucidd.db"
     Store(f"sqlite:///{path}").create()

@@ -1,0 +1,107 @@
+"""An in-memory cluster behind lucidd's Backend interface, for driving the reconcile loop in unit
+tests: jobs are LiveJob objects a test edits (start, end, requeue them as Slurm would), and every
+change lucidd asks for is logged in `calls`. It models only what the loop reads and writes; the
+real-Slurm tier (tests/slurm/) checks the real mechanics."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from lucidd.backends.base import Backend, BackendError, ClusterSnapshot, LiveJob, NodeGPUs, Partition
+
+T0 = 1_790_000_000
+
+
+class Clock:
+    def __init__(self, t: float = T0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class MemSlurm(Backend):
+    name = "memory"
+
+    def __init__(self, clock: Clock, nodes: int = 2, gpus_per_node: int = 8,
+                 partitions=("inbox", "profiling", "main")):
+        self.clock = clock
+        self.jobs: dict[int, LiveJob] = {}
+        self.inbox_up = False
+        self.partitions = list(partitions)
+        self.nodes = {f"gpu{i}": NodeGPUs(f"gpu{i}", gpus_per_node, 0, "IDLE", tuple(partitions))
+                      for i in range(1, nodes + 1)}
+        self.calls: list[tuple] = []
+        # (verb, job_id) -> (message, transient, applied): the next such call fails this way; with
+        # `applied` Slurm makes the change and still reports the error (scontrol's rc 1 after a change)
+        self.fail: dict[tuple, tuple] = {}
+
+    # -- what a test does to the cluster ----------------------------------------------------------
+    def submit(self, job_id: int, partition="main", gpus=1, **kw) -> LiveJob:
+        """A job as job_submit.lua leaves it: in the inbox, the asked-for partition in AdminComment."""
+        j = LiveJob(job_id, partition="inbox", gpus=gpus, submit_time=int(self.clock()),
+                    admin_comment=f"lucid:partition={partition}", **kw)
+        self.jobs[job_id] = j
+        return j
+
+    def start(self, job_id: int):
+        j = self.jobs[job_id]
+        j.state, j.start_time = "RUNNING", int(self.clock())
+
+    def end(self, job_id: int, state="COMPLETED"):
+        j = self.jobs[job_id]
+        j.state, j.end_time = state, int(self.clock())
+
+    def slurm_requeue(self, job_id: int):
+        """Slurm's own requeue (node failure, preemption): pending again where it was."""
+        j = self.jobs[job_id]
+        j.state, j.restart_count, j.submit_time, j.start_time = "PENDING", j.restart_count + 1, int(self.clock()), None
+
+    def job_calls(self, job_id: int) -> list[tuple]:
+        return [c for c in self.calls if job_id in c[1]]
+
+    # -- Backend ------------------------------------------------------------------------------------
+    def snapshot(self) -> ClusterSnapshot:
+        total = sum(n.gpus for n in self.nodes.values())
+        parts = {p: Partition(p, self.inbox_up if p == "inbox" else True, tuple(self.nodes), total)
+                 for p in self.partitions}
+        return ClusterSnapshot(int(self.clock()), [replace(j) for j in self.jobs.values()], parts, dict(self.nodes))
+
+    def _call(self, verb: str, job_ids, apply):
+        self.calls.append((verb, tuple(job_ids)))
+        for jid in job_ids:
+            failure = self.fail.pop((verb, jid), None)
+            if failure:
+                message, transient, applied = failure
+                if applied:
+                    apply(jid)
+                raise BackendError(message, transient=transient)
+        for jid in job_ids:
+            apply(jid)
+
+    def move(self, job_ids, partition: str, start_now: bool = False, exclude: str | None = None) -> None:
+        def apply(jid):
+            j = self.jobs[jid]
+            j.partition = partition
+            if exclude is not None:
+                j.excluded_nodes = exclude
+
+        if any(p not in self.partitions for p in partition.split(",")):
+            self.calls.append(("move", tuple(job_ids)))
+            raise BackendError(f"scontrol update jobid=...: Invalid partition name specified ({partition})",
+                               transient=False)
+        self._call("move", job_ids, apply)
+
+    def requeue(self, job_id: int) -> None:
+        self._call("requeue", [job_id], self.slurm_requeue)
+
+    def set_site_factor(self, job_ids, value: int) -> None:
+        self._call("sitefactor", job_ids, lambda jid: None)
+
+    def set_partition_up(self, name: str, up: bool) -> None:
+        self.calls.append(("partition", (), name, up))
+        if name == "inbox":
+            self.inbox_up = up
+
+    def finished_jobs(self, since: int) -> list[dict]:
+        return []

@@ -1,0 +1,169 @@
+"""The reconcile loop against an in-memory cluster (tests/live/memslurm.py): jobs that lucidd's
+records and Slurm disagree about are found and handled, never left where nobody moves them.
+
+Each case was a way to strand a job, found by a review on 27 November 2026: a job requeued back
+into the closed inbox, a job id Slurm hands out again, a job moved to profiling whose admission was
+never recorded, and a partition that does not exist.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from lucidd.live.config import config_from_dict
+from lucidd.live.reconcile import Reconciler, open_inbox
+from lucidd.live.store import Store
+from orchestrator.live import LucidDecider
+
+from .memslurm import Clock, MemSlurm
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """(config, clock, slurm, store, make_reconciler); make_reconciler() is a (re)started lucidd."""
+
+    def build(**profiler):
+        cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                                "models": {"dir": str(tmp_path / "models")},
+                                "profiler": {"tprof_s": 600, **profiler}})
+        clock = Clock()
+        slurm = MemSlurm(clock)
+        store = Store(cfg.database.url).create()
+
+        def lucidd():
+            return Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock)
+
+        return cfg, clock, slurm, store, lucidd
+
+    return build
+
+
+def run_cycles(rec, clock, seconds, step=10):
+    for _ in range(int(seconds // step)):
+        clock.t += step
+        assert rec.cycle().ok
+
+
+def test_a_job_requeued_back_into_the_closed_inbox_goes_to_its_partition(cluster):
+    cfg, clock, slurm, store, lucidd = cluster()
+    # lucidd was stopped (the inbox opened): job 10 started in the inbox meanwhile
+    slurm.inbox_up = True
+    j = slurm.submit(10, partition="main", gpus=1)
+    slurm.start(10)
+    rec = lucidd()
+    run_cycles(rec, clock, 10)
+    assert not slurm.inbox_up and store.job(10).phase == "released"
+    slurm.slurm_requeue(10)  # a node failed: Slurm requeues it, pending again in the (closed) inbox
+    run_cycles(rec, clock, 30)
+    assert j.partition == "main"
+    row = store.job(10)
+    assert row.phase == "released" and "back in inbox after a requeue" in row.profile_reason
+    assert [c[0] for c in slurm.job_calls(10)].count("move") == 1  # no profiling run for it
+
+
+def test_a_job_id_slurm_hands_out_again_is_a_new_job(cluster):
+    cfg, clock, slurm, store, lucidd = cluster()
+    rec = lucidd()
+    slurm.submit(50, partition="main", gpus=0)  # a CPU job: straight to its partition
+    run_cycles(rec, clock, 10)
+    assert slurm.jobs[50].partition == "main"
+    slurm.start(50)
+    run_cycles(rec, clock, 10)
+    slurm.end(50)
+    run_cycles(rec, clock, 10)
+    del slurm.jobs[50]
+    run_cycles(rec, clock, 10)
+    assert store.job(50).phase == "done"
+    # slurmctld lost its state: another user's job gets id 50 again
+    slurm.submit(50, partition="main", gpus=0, user="bob")
+    run_cycles(rec, clock, 20)
+    assert slurm.jobs[50].partition == "main"
+    assert [c[0] for c in slurm.job_calls(50)].count("move") == 2
+
+
+def test_an_unrecorded_admission_to_profiling_is_taken_as_admitted(cluster):
+    """scontrol reported an error for a move it made (Slurm 22.05's PartitionConfig check runs after
+    the change); the next cycle finds the job in profiling and treats it as admitted: Tprof applies."""
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False, skip_when_free=False)
+    rec = lucidd()
+    slurm.submit(20, partition="main", gpus=2)
+    slurm.fail[("move", 20)] = ("Requested partition configuration not available now", False, True)
+    run_cycles(rec, clock, 10)
+    assert slurm.jobs[20].partition == "profiling"
+    run_cycles(rec, clock, 10)
+    row = store.job(20)
+    assert (row.phase, row.profile) == ("profiling", "admitted")
+    assert "admission was not recorded" in row.profile_reason
+    slurm.start(20)
+    run_cycles(rec, clock, 620)  # past Tprof: requeued, then released to its partition
+    assert slurm.jobs[20].partition == "main" and slurm.jobs[20].restart_count == 1
+    assert store.job(20).profile == "released"
+
+
+def test_an_admission_that_never_starts_is_withdrawn_even_if_unrecorded(cluster):
+    """Killed between the move and the database write; profiling's nodes are then busy: after
+    2 x Tprof the job goes to its partition instead of holding profiling room for good."""
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False, skip_when_free=False, capacity_gpus=2,
+                                               long_tprof_s=0)
+    rec = lucidd()
+    slurm.submit(5, partition="main", gpus=2)  # holds the profiling capacity while job 20 arrives
+    run_cycles(rec, clock, 10)
+    slurm.start(5)
+    slurm.submit(20, partition="main", gpus=2)
+    run_cycles(rec, clock, 10)
+    assert store.job(20).phase == "inbox"  # recorded, waiting for room
+    slurm.end(5)  # room again: the next cycle admits job 20
+    orig = store.record_actions
+
+    def killed_after_the_move(items, now, status, error=""):
+        if status == "applied" and any(it[0].startswith("profile:20:") for it in items):
+            raise SystemExit("kill -9")
+        return orig(items, now, status, error)
+
+    store.record_actions = killed_after_the_move
+    for node in slurm.nodes.values():
+        node.used = node.gpus  # nothing can start in profiling
+    clock.t += 10
+    with pytest.raises(SystemExit):
+        rec.cycle()
+    store.record_actions = orig
+    assert slurm.jobs[20].partition == "profiling" and store.job(20).profile == "pending"
+    rec = lucidd()  # restarted
+    slurm.submit(30, partition="main", gpus=1)
+    run_cycles(rec, clock, 1300)
+    assert slurm.jobs[20].partition == "main"
+    assert "no node there had its GPUs free" in store.job(20).profile_reason
+
+
+def test_a_partition_that_does_not_exist_is_not_profiled_and_not_retried_every_cycle(cluster):
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False)
+    rec = lucidd()
+    slurm.submit(60, partition="mian", gpus=2)
+    slurm.submit(61, partition="mian", gpus=0)
+    run_cycles(rec, clock, 24 * 3600)
+    for jid in (60, 61):
+        assert slurm.jobs[jid].partition == "inbox"  # never ran anywhere it was not sent
+        moves = [c for c in slurm.job_calls(jid) if c[0] == "move"]
+        # 1 min doubling to 1 h: ~30 tries a day (each a batch call and one alone), not 8,640
+        assert 1 <= len(moves) <= 80, len(moves)
+        reason = store.job(jid).profile_reason
+        assert "mian" in reason and f"scontrol update jobid={jid} partition=" in reason
+    # its owner fixes it: the job leaves the inbox and lucidd follows
+    slurm.jobs[60].partition = "main"
+    run_cycles(rec, clock, 20)
+    assert store.job(60).phase == "released"
+    # fail-open still tries, and opens the inbox whatever happens to job 61
+    lines = open_inbox(slurm, cfg, "test")
+    assert slurm.inbox_up and any("61" in line for line in lines)
+
+
+def test_a_transient_slurm_error_is_not_taken_for_a_bad_partition(cluster):
+    cfg, clock, slurm, store, lucidd = cluster()
+    rec = lucidd()
+    slurm.submit(70, partition="main", gpus=0)
+    slurm.fail[("move", 70)] = ("Socket timed out on send/recv operation", True, False)
+    clock.t += 10
+    assert not rec.cycle().ok
+    run_cycles(rec, clock, 10)
+    assert slurm.jobs[70].partition == "main"
+    assert "refused" not in store.job(70).profile_reason
