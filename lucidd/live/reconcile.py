@@ -238,7 +238,8 @@ class Reconciler:
                 continue
             missing = [p for p in r.target_partition.split(",") if p not in snap.partitions] if snap.partitions else []
             if r.profile == "skipped" and not self.dry_run:  # back in the inbox after a requeue (_adopt)
-                direct.append((j.job_id, r.profile_reason))
+                direct.append((j.job_id, f"not profiled: back in {self.inbox} after a requeue "
+                                         f"(restart {j.restart_count}), to {r.target_partition}"))
             elif missing and not self.dry_run:
                 direct.append((j.job_id, f"not profiled: Slurm lists no partition {','.join(missing)}"))
             else:
