@@ -414,3 +414,45 @@ def test_once_exit_codes(slurm_cluster, tmp_path):
     r = subprocess.run([str(VENV_BIN / "lucidd"), "--config", str(bad), "--once"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1 and "not found" in r.stderr
+
+
+def test_a_partition_that_does_not_exist_waits_in_the_inbox_with_a_reason(clean_cluster, tmp_path, job_script,
+                                                                          lucidd_factory):
+    """`sbatch -p mian` is accepted (job_submit.lua sends it to the inbox before Slurm can refuse the
+    name). lucidd does not profile it, Slurm refuses the move, and the job waits in the inbox, tried
+    again after a minute (not every cycle), with a reason that says what its owner can do; once
+    they name a partition that exists it runs there."""
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
+    daemon = lucidd_factory(cfg).start()
+    job = sbatch(job_script, 3, "-p", "mian", "--gres=gpu:1", name="typo")
+    db = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+    wait_until(_until_tables(lambda: "scontrol update jobid=" in getattr(db.job(job), "profile_reason", "")), 30,
+               "lucidd to say why the job waits")
+    time.sleep(6)  # six more cycles (interval 1 s): no new try before the first minute is up
+    assert [(j["partition"], j["job_state"]) for j in squeue() if j["job_id"] == job] == [("inbox", "PENDING")]
+    assert daemon.text().count(f"job {job}: waits in inbox: Slurm refused") == 1, daemon.text()[-3000:]
+    assert "mian" in db.job(job).profile_reason
+    sh("scontrol", "update", f"jobid={job}", "partition=main")
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] == job], 60, "the job to run in main")
+    daemon.stop()
+    assert [r[:2] for r in sacct_runs([job])[job]] == [("main", "COMPLETED")]
+
+
+def test_a_job_requeued_into_the_closed_inbox_goes_to_its_partition(clean_cluster, tmp_path, job_script,
+                                                                     lucidd_factory):
+    """A job that started in the inbox while it was open (lucidd away) and is requeued after lucidd
+    closed it again (a node failure, `scontrol requeue`) pends in a DOWN partition: lucidd sends it
+    to the partition it asked for, unprofiled."""
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
+    sh("scontrol", "update", "partitionname=inbox", "state=UP")  # as fail-open leaves it
+    job = sbatch(job_script, 120, "--gres=gpu:1", name="ran-in-inbox")
+    wait_until(lambda: any(j["job_id"] == job and j["job_state"] == "RUNNING" and j["partition"] == "inbox"
+                           for j in squeue()), 30, "the job to start in the open inbox")
+    daemon = lucidd_factory(cfg).start()
+    wait_until(lambda: not partition_up("inbox"), 30, "lucidd to close the inbox")
+    sh("scontrol", "requeue", str(job))
+    wait_until(lambda: any(j["job_id"] == job and j["partition"] == "main" for j in squeue()), 30,
+               "lucidd to send the requeued job to main")
+    assert "back in inbox after a requeue" in daemon.text()
+    sh("scancel", str(job))
+    daemon.stop()
