@@ -320,7 +320,8 @@ class Reconciler:
         * Recorded in the inbox but found in profiling or in its partition: lucidd moved it and did
           not record the move (killed between the scontrol call and the database write, a cycle cut
           short by a transient error after the move, or scontrol reporting an error for a change it
-          made). In profiling it is treated as admitted, so Tprof and the 2 x Tprof withdrawal apply.
+          made), or lucidd-failopen or its owner moved it. In profiling it is treated as admitted,
+          so Tprof and the 2 x Tprof withdrawal apply.
         * Recorded as out of the inbox but pending in it again: it started there while the inbox
           was open (lucidd stopped, the database down, `lucidd-failopen`) and Slurm requeued it
           (node failure, preemption, `scontrol requeue`). It goes to its partition, unprofiled."""
@@ -330,7 +331,8 @@ class Reconciler:
             r.profile_reason = "found in the profiling partition: its admission was not recorded"
         elif r.phase == "inbox" and j.partition != self.inbox and self.is_managed(j.partition):
             r.phase, r.profile, r.released_at = "released", "skipped", now
-            r.profile_reason = f"found in {j.partition}: its release was not recorded"
+            r.profile_reason = (f"not profiled: found in {j.partition}, moved there without a record of it "
+                                "(by lucidd-failopen, its owner, or lucidd just before it stopped)")
         elif r.phase in ("released", "requeued", "done") and j.partition == self.inbox and j.pending:
             r.phase, r.profile = "inbox", "skipped"
             r.profile_reason = (f"not profiled: back in {self.inbox} after a requeue (restart {j.restart_count}; "
