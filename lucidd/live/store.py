@@ -182,7 +182,8 @@ class Store:
 
     def _upgrade(self):
         """Columns added since schema 1, added to a database an older lucidd created (create_all
-        makes missing tables only). Each is nullable or has a default, so old rows stay valid."""
+        makes missing tables only). Each is nullable or has a default, so old rows stay valid. The
+        VARCHAR(200) columns of schema 2 and before become TEXT where the database enforces a length."""
         from sqlalchemy import inspect
 
         insp = inspect(self.engine)
