@@ -6,8 +6,10 @@ traps) and lucidd's state; it does not know Lucid. Decisions come from a *decide
 `Plan`. One cycle:
 
 1. `backend.snapshot()`: squeue/sinfo/partitions, one call each.
-2. Register jobs seen for the first time (original submit time, requested partition) and close
-   jobs that ended (a job that ended inside Tprof never reaches its partition).
+2. Register jobs seen for the first time (original submit time, requested partition), close
+   jobs that ended (a job that ended inside Tprof never reaches its partition), and bring a record
+   that disagrees with where Slurm has the job back in line (`_adopt`: a move lucidd made but did
+   not record, a job requeued back into the inbox).
 3. Requeue mechanics: a profiled job that lucidd requeued is moved to its partition with
    `starttime=now` only once it is PENDING and the requeue is at least one whole second old
    (Slurm kills a job restarted within the same second as FAILED).
