@@ -190,6 +190,12 @@ class Reconciler:
             if r.phase == "inbox":
                 log.info("job %s: new in %s (asked for %s, %d GPU(s), user %s)", j.job_id, self.inbox,
                          r.requested_partition or "no partition", j.gpus, j.user)
+        if new_ids:
+            # Saved before anything is sent to Slurm: a cycle cut short later (a transient Slurm error)
+            # must not lose when a job was first seen and submitted, which its action keys and its
+            # wait for profiling room are counted from.
+            self._save(records[jid] for jid in new_ids)
+            changed = {}
         # lucidd's SiteFactors of the jobs still waiting, per partition: to see whether Slurm started
         # a job ahead of others lucidd ranked higher (shadow mode's comparison; also kept live)
         waiting_factors = {}
@@ -271,11 +277,7 @@ class Reconciler:
             if r is not None and (r.estimate_s != est or r.estimate_source != src):
                 r.estimate_s, r.estimate_source = est, src
                 changed[jid] = r
-        try:
-            self.store.save_jobs(changed.values(), new_ids)
-        except Exception:
-            self._records = None  # the database may not hold what the cache holds: reload next cycle
-            raise
+        self._save(changed.values())
         # keep the inbox closed while lucidd runs (it may have been opened by lucidd-failopen)
         inbox = snap.partitions.get(self.inbox)
         if inbox is not None and inbox.up and not self.dry_run:
@@ -361,6 +363,13 @@ class Reconciler:
                             f"partition=<name>` or scancel it")
         log.error("job %s: %s", r.job_id, r.profile_reason)
         changed[r.job_id] = r
+
+    def _save(self, rows):
+        try:
+            self.store.save_jobs(list(rows))
+        except Exception:
+            self._records = None  # the database may not hold what the cache holds: reload next cycle
+            raise
 
     def _open_records(self) -> dict:
         """Jobs not yet ended, kept in memory between cycles (lucidd is their only writer) and

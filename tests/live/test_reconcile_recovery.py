@@ -167,3 +167,19 @@ def test_a_transient_slurm_error_is_not_taken_for_a_bad_partition(cluster):
     run_cycles(rec, clock, 10)
     assert slurm.jobs[70].partition == "main"
     assert "refused" not in store.job(70).profile_reason
+
+
+def test_a_cycle_cut_short_keeps_when_a_job_was_first_seen(cluster):
+    """Rows of new jobs are saved before anything is sent: a transient Slurm error later in the cycle
+    does not reset when the job was first seen (its room wait and its action keys count from it)."""
+    cfg, clock, slurm, store, lucidd = cluster()
+    rec = lucidd()
+    slurm.submit(80, partition="main", gpus=0)
+    slurm.fail[("move", 80)] = ("Socket timed out on send/recv operation", True, False)
+    clock.t += 10
+    first = int(clock.t)
+    assert not rec.cycle().ok
+    assert store.job(80).first_seen == first
+    rec = lucidd()  # restarted too: the database, not the cache, holds it
+    run_cycles(rec, clock, 20)
+    assert store.job(80).first_seen == first and slurm.jobs[80].partition == "main"
