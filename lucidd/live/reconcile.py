@@ -39,6 +39,12 @@ from .store import CycleRow, JobRow, Store
 log = logging.getLogger("lucidd")
 
 
+# Pending reasons that mean the job may never run in its partition as it stands (Slurm 22.05 lets an
+# administrator's move through and reports these instead of refusing it).
+_CANNOT_RUN_THERE = frozenset({"PartitionConfig", "AccountNotAllowed", "QOSNotAllowed", "InvalidAccount",
+                               "InvalidQOS", "PartitionNodeLimit", "PartitionTimeLimit"})
+
+
 # ----- what the decider sees and returns (plain data) -------------------------------------------
 
 @dataclass
@@ -116,6 +122,7 @@ class Reconciler:
         self.last_history_read = 0
         self._records = None  # open job records, cached between cycles (see _open_records)
         self._unmovable = {}  # job_id -> (retry at, pause): moves Slurm refused for good (_unmovable_now)
+        self._refused = {}  # job_id -> Slurm's error for a release that may have been made anyway (_adopt)
 
     # -- helpers --------------------------------------------------------------------------------
     def is_managed(self, partition: str) -> bool:
@@ -337,6 +344,13 @@ class Reconciler:
             r.phase, r.profile, r.released_at = "released", "skipped", now
             r.profile_reason = (f"not profiled: found in {j.partition}, moved there without a record of it "
                                 "(by lucidd-failopen, its owner, or lucidd just before it stopped)")
+            refused = self._refused.pop(r.job_id, None)
+            if j.reason in _CANNOT_RUN_THERE or refused:
+                # Slurm 22.05 makes the move, then reports the job's limits check as an error: plain
+                # Slurm would have refused this job at submission
+                why = j.reason if j.reason in _CANNOT_RUN_THERE else f"it reported: {refused}"
+                r.profile_reason += (f"; Slurm may never start it in {j.partition} ({why}): its owner can "
+                                     f"`scontrol update jobid={r.job_id} partition=<one it may use>` or scancel it")
         elif r.phase in ("released", "requeued", "done") and j.partition == self.inbox and j.pending:
             r.phase, r.profile = "inbox", "skipped"
             r.profile_reason = (f"not profiled: back in {self.inbox} after a requeue (restart {j.restart_count}; "
@@ -569,6 +583,8 @@ class Reconciler:
             for jid, error in errors.items():
                 if seen[jid].partition == self.inbox and "invalid partition" in error.lower():
                     self._unmovable_now(records[jid], error, now, changed)
+                else:  # Slurm may have made the move all the same: the next cycle looks (_adopt)
+                    self._refused[jid] = error
         return n
 
     @staticmethod

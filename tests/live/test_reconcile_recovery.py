@@ -183,3 +183,25 @@ def test_a_cycle_cut_short_keeps_when_a_job_was_first_seen(cluster):
     rec = lucidd()  # restarted too: the database, not the cache, holds it
     run_cycles(rec, clock, 20)
     assert store.job(80).first_seen == first and slurm.jobs[80].partition == "main"
+
+
+def test_a_move_slurm_made_but_reported_as_failed_is_explained(cluster):
+    """A partition the job's account may not use: Slurm moves the job, reports the limits check as
+    an error, and keeps it pending there (PartitionConfig). lucidd records the move and says why
+    the job will not start and what its owner can do."""
+    cfg, clock, slurm, store, lucidd = cluster()
+    rec = lucidd()
+    slurm.submit(90, partition="main", gpus=0)
+    slurm.fail[("move", 90)] = ("Requested partition configuration not available now", False, True)
+    run_cycles(rec, clock, 20)
+    row = store.job(90)
+    assert row.phase == "released" and "configuration not available" in row.profile_reason
+    assert "scontrol update jobid=90 partition=" in row.profile_reason
+    # the same when Slurm's pending reason is all lucidd has (the move made by a lucidd now restarted)
+    slurm.submit(91, partition="main", gpus=0)
+    slurm.fail[("move", 91)] = ("Requested partition configuration not available now", False, True)
+    run_cycles(rec, clock, 10)
+    slurm.jobs[91].reason = "PartitionConfig"
+    rec = lucidd()
+    run_cycles(rec, clock, 10)
+    assert "(PartitionConfig)" in store.job(91).profile_reason
