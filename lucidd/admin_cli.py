@@ -111,6 +111,8 @@ def explain_data(cfg, store, job_id) -> dict:
         jid = int(job_id)
     except ValueError:
         raise LucidError(f"job id must be a number, got {job_id!r}") from None
+    if not 0 < jid < 2 ** 63:  # a job id Slurm can give (and a database integer can hold)
+        raise LucidError(f"job {job_id} is not a Slurm job id")
     r = store.job(jid)
     if r is None:
         raise LucidError(f"job {jid} is not in lucidd's database (never seen by lucidd, or from before it ran)")

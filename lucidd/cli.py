@@ -13,7 +13,7 @@ import sys
 import time
 
 from . import __version__
-from .errors import ConfigError, LucidError
+from .errors import ConfigError, EmptyWindowError, LucidError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -308,7 +308,9 @@ def _check_cluster_args(args, exp) -> None:
                                   f"VCs) cannot give {cprof} profiling node(s) without leaving a VC too small for its "
                                   "largest job; give fewer (0: no profiler)") from None
         gpus = cprof * next(iter(exp.spec.vcs.values())).gpus_per_node
-        if nprof > gpus:
+        if nprof > gpus and args.nprof is None:
+            exp.options["nprof"] = gpus  # the default (8) on smaller nodes: the most the partition holds
+        elif nprof > gpus:
             raise ConfigError(f"--nprof {nprof}{'' if args.nprof is not None else ' (default)'}: larger than the "
                               f"profiling partition's {gpus} GPUs (--cprof {cprof}{given}); give --nprof {gpus} "
                               "or less, or a larger --cprof")
@@ -343,7 +345,10 @@ def _experiment_from_args(args, what: str):
         raise LucidError(f"{loaded.path}: no jobs left to {what} ({loaded.report()})")
     prior = None
     if args.start is not None and not getattr(args, "no_prior", False):
-        prior = load_trace(trace_path, args.format, end=args.start, skip_bad_rows=True)
+        try:
+            prior = load_trace(trace_path, args.format, end=args.start, skip_bad_rows=True)
+        except EmptyWindowError:
+            prior = None  # nothing was submitted before --start: no history to learn from
     exp = make_experiment(loaded, vc_config=vc_config, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                           estimates_path=getattr(args, "estimates", None), prior=prior,
                           scale_nodes=getattr(args, "scale_nodes", None))

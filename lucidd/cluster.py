@@ -53,7 +53,8 @@ def load_vc_config(path, gpus_per_node: int = 8) -> ClusterSpec:
     `vc,nodes[,gpus_per_node]`."""
     path = os.fspath(path)
     try:
-        df = pd.read_csv(path)
+        # text as written: a VC named "NA" or "null" is a VC, not a missing value
+        df = pd.read_csv(path, keep_default_na=False, na_values=[""])
     except FileNotFoundError:
         raise ConfigError(f"{path}: VC config not found") from None
     except Exception as exc:
@@ -73,18 +74,29 @@ def load_vc_config(path, gpus_per_node: int = 8) -> ClusterSpec:
         line = i + 2
         name = str(row[name_col]).strip()
         try:
-            nodes = int(row[nodes_col])
-            gpn = int(row["gpus_per_node"]) if "gpus_per_node" in cols else gpus_per_node
-        except (TypeError, ValueError):
-            raise ConfigError(f"{path}, row {line}: node count must be an integer") from None
+            nodes = _whole(row[nodes_col])
+            gpn = _whole(row["gpus_per_node"]) if "gpus_per_node" in cols else gpus_per_node
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{path}, row {line}: node and GPU counts must be whole numbers") from None
         if not name or name == "nan":
             raise ConfigError(f"{path}, row {line}: empty VC name")
         if nodes <= 0 or gpn <= 0:
             raise ConfigError(f"{path}, row {line}: VC '{name}' needs a positive node and GPU count")
+        if gpn > 64:  # as --gpus-per-node
+            raise ConfigError(f"{path}, row {line}: VC '{name}' has {gpn} GPUs per node; at most 64")
         if name in spec.vcs:
             raise ConfigError(f"{path}, row {line}: VC '{name}' listed twice")
         spec.vcs[name] = VCSpec(name, nodes, gpn)
     return spec
+
+
+def _whole(value) -> int:
+    """A count as a VC config may write it ("4", 4, 4.0), refusing what is not a whole number
+    (2.5 used to become 2 without a word)."""
+    number = float(value)
+    if not number.is_integer():
+        raise ValueError(value)
+    return int(number)
 
 
 def size_cluster_from_trace(jobs: pd.DataFrame, gpus_per_node: int = 8, nodes: int | None = None,

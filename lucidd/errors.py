@@ -20,5 +20,10 @@ class TraceError(LucidError):
         super().__init__(f"{where}: {message}")
 
 
+class EmptyWindowError(TraceError):
+    """No job of the trace was submitted inside the asked-for window (every other row was fine)."""
+
+
+
 class ConfigError(LucidError):
     """A configuration file or flag value is invalid."""

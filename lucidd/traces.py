@@ -23,13 +23,14 @@ import os
 import pathlib
 import re
 import warnings
+import zipfile
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from lucidd.errors import TraceError
+from lucidd.errors import EmptyWindowError, TraceError
 
 __all__ = [
     "FORMATS",
@@ -197,7 +198,8 @@ def _read_header(path: pathlib.Path) -> list[str]:
         raise TraceError(path, "file is empty (expected a CSV header line and job rows)") from e
     except UnicodeDecodeError as e:
         raise TraceError(path, f"not a UTF-8 text/CSV file ({e.reason} at byte {e.start})", row=1) from e
-    except (OSError, ValueError, pd.errors.ParserError) as e:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, pd.errors.ParserError) as e:
+        # EOFError / BadZipFile: a truncated .gz/.bz2/.xz/.zip file
         raise TraceError(path, f"cannot read the CSV header: {_one_line(e)}", row=1) from e
     if head.empty:
         raise TraceError(path, "file is empty (expected a CSV header line and job rows)")
@@ -509,9 +511,13 @@ def _window_bound(value, origin: pd.Timestamp | None, path, name: str) -> float 
         return float(value)
     if isinstance(value, str):
         try:
-            return float(value.strip())
+            seconds = float(value.strip())
         except ValueError:
             pass
+        else:
+            if not np.isfinite(seconds):
+                raise TraceError(path, f"{name} must be a finite number of seconds or a date/time, got {value!r}")
+            return seconds
     if isinstance(value, pd.Timedelta):
         return value.total_seconds()
     try:
@@ -713,6 +719,8 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
         if set(rows.dropped) <= {"empty line"}:
             raise TraceError(path, "the file has a header but no job rows")
         summary = ", ".join(f"{n} {r}" for r, n in rows.dropped.items()) or "nothing"
+        if set(rows.dropped) <= {"empty line", "outside window"}:
+            raise EmptyWindowError(path, f"no jobs left after dropping rows ({summary})")
         raise TraceError(path, f"no jobs left after dropping rows ({summary})")
 
     n = len(df)

@@ -97,7 +97,7 @@ def load_decider(spec: str, config) -> Decider:
     module, _, cls = spec.partition(":")
     try:
         return getattr(importlib.import_module(module), cls)(config)
-    except (ImportError, AttributeError) as exc:
+    except (ImportError, AttributeError, TypeError) as exc:  # TypeError: `module:name` is not a class
         from ..errors import ConfigError
 
         raise ConfigError(f"[daemon] decider: cannot load {spec!r} ({exc})") from None

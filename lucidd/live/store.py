@@ -143,7 +143,10 @@ def _sqlite_dir(url: str):
         path = url[len("sqlite:///"):]
         d = os.path.dirname(path)
         if d:
-            os.makedirs(d, exist_ok=True)
+            try:
+                os.makedirs(d, exist_ok=True)
+            except OSError as exc:  # a file where the folder should be, no permission, /proc
+                raise StoreError(f"database folder {d} cannot be made: {exc.strerror or exc}") from None
 
 
 class Store:
