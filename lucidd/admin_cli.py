@@ -23,7 +23,13 @@ def _open(args):
 
     path = getattr(args, "config", None) or os.environ.get("LUCIDD_CONFIG") or DEFAULT_CONFIG
     cfg = load_config(path)
-    store = Store(cfg.database.url)
+    url = cfg.database.url
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:") \
+            and not os.path.exists(url[len("sqlite:///"):]):
+        # read-only commands: do not create the database (and its folder) by looking for it
+        raise LucidError(f"{path}: no lucidd database at {url[len('sqlite:///'):]} "
+                         "(has lucidd run with this config?)")
+    store = Store(url)
     try:
         store.ping()
         if store.get_meta("schema_version") is None:

@@ -92,3 +92,12 @@ def test_a_database_folder_that_cannot_be_made_is_a_store_error(tmp_path):
     (tmp_path / "afile").write_text("")
     with pytest.raises(StoreError, match="cannot be made"):
         Store(f"sqlite:///{tmp_path / 'afile' / 'sub' / 'lucidd.db'}")
+
+
+@pytest.mark.parametrize("command", [["status"], ["queue"], ["explain", "job", "5"]])
+def test_read_only_commands_do_not_create_a_database(tmp_path, capsys, command):
+    cfg = tmp_path / "lucidd.toml"
+    cfg.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
+    assert main([*command, "--config", str(cfg)]) != 0
+    assert "no lucidd database at" in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()
