@@ -24,6 +24,5 @@ class EmptyWindowError(TraceError):
     """No job of the trace was submitted inside the asked-for window (every other row was fine)."""
 
 
-
 class ConfigError(LucidError):
     """A configuration file or flag value is invalid."""
