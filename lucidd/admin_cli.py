@@ -19,17 +19,15 @@ DEFAULT_CONFIG = "/etc/lucidd/lucidd.toml"
 
 def _open(args):
     from .live.config import load_config
-    from .live.store import Store, StoreError
+    from .live.store import Store, StoreError, sqlite_file
 
     path = getattr(args, "config", None) or os.environ.get("LUCIDD_CONFIG") or DEFAULT_CONFIG
     cfg = load_config(path)
-    url = cfg.database.url
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:") \
-            and not os.path.exists(url[len("sqlite:///"):]):
+    db_file = sqlite_file(cfg.database.url)
+    if db_file is not None and not os.path.exists(db_file):
         # read-only commands: do not create the database (and its folder) by looking for it
-        raise LucidError(f"{path}: no lucidd database at {url[len('sqlite:///'):]} "
-                         "(has lucidd run with this config?)")
-    store = Store(url)
+        raise LucidError(f"{path}: no lucidd database at {db_file} (has lucidd run with this config?)")
+    store = Store(cfg.database.url)
     try:
         store.ping()
         if store.get_meta("schema_version") is None:

@@ -505,19 +505,15 @@ def _seconds(rows: _Rows, raw: pd.Series, column: str, what: str = "a number of 
 def _window_bound(value, origin: pd.Timestamp | None, path, name: str) -> float | None:
     if value is None:
         return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())  # seconds, checked as a number below; else a date/time
+        except ValueError:
+            pass
     if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
         if not np.isfinite(value):
             raise TraceError(path, f"{name} must be a finite number of seconds, got {value!r}")
         return float(value)
-    if isinstance(value, str):
-        try:
-            seconds = float(value.strip())
-        except ValueError:
-            pass
-        else:
-            if not np.isfinite(seconds):
-                raise TraceError(path, f"{name} must be a finite number of seconds or a date/time, got {value!r}")
-            return seconds
     if isinstance(value, pd.Timedelta):
         return value.total_seconds()
     try:

@@ -217,6 +217,8 @@ class Reconciler:
                 changed[jid] = r
                 del records[jid]
                 self._records.pop(jid, None)
+                self._unmovable.pop(jid, None)
+                self._refused.pop(jid, None)
                 continue
             if not self.dry_run:
                 self._adopt(r, j, now, changed)
@@ -351,7 +353,7 @@ class Reconciler:
                 why = j.reason if j.reason in _CANNOT_RUN_THERE else f"it reported: {refused}"
                 r.profile_reason += (f"; Slurm may never start it in {j.partition} ({why}): its owner can "
                                      f"`scontrol update jobid={r.job_id} partition=<one it may use>` or scancel it")
-        elif r.phase in ("released", "requeued", "done") and j.partition == self.inbox and j.pending:
+        elif r.phase == "released" and j.partition == self.inbox and j.pending:
             r.phase, r.profile = "inbox", "skipped"
             r.profile_reason = (f"not profiled: back in {self.inbox} after a requeue (restart {j.restart_count}; "
                                 f"it had started there while the inbox was open)")
@@ -578,6 +580,7 @@ class Reconciler:
                 r = records[jid]
                 r.profile, r.phase, r.profile_reason, r.released_at = "skipped", "released", reasons[jid], now
                 self._unmovable.pop(jid, None)
+                self._refused.pop(jid, None)
                 changed[jid] = r
                 n += 1
             for jid, error in errors.items():

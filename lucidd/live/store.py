@@ -138,9 +138,16 @@ class ModelVersionRow(Base):
     detail: Mapped[str] = mapped_column(Text, default="{}")
 
 
-def _sqlite_dir(url: str):
+def sqlite_file(url: str) -> str | None:
+    """The file of a `sqlite:///PATH` URL; None for an in-memory or non-SQLite database."""
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        path = url[len("sqlite:///"):]
+        return url[len("sqlite:///"):]
+    return None
+
+
+def _sqlite_dir(url: str):
+    path = sqlite_file(url)
+    if path is not None:
         d = os.path.dirname(path)
         if d:
             try:
