@@ -79,6 +79,12 @@ _RENAMES = {
 _MAX_SECONDS = 2**53  # larger numbers cannot be exact seconds; treat as invalid
 _BAD_FIELDS = "\uffff lucidd: bad line \uffff"  # sentinel for lines with too many fields (no NUL:
 # pandas 3 string comparisons stop at NUL characters)
+_BAD_QUOTE = "\uffff lucidd: unbalanced quote \uffff"  # the same, for a stray quote's line
+
+# Cells are read as written: a user, VC or job called "NA" or "null" is a name, not a gap. Only in
+# number and time columns do these spellings (what R, numpy and databases write for "no value")
+# mean an empty cell.
+_NO_VALUE_TEXT = frozenset({"na", "n/a", "nan", "-nan", "null", "none", "<na>", "#n/a", "nat"})
 
 
 @dataclass
@@ -197,7 +203,7 @@ def _read_header(path: pathlib.Path) -> list[str]:
     except pd.errors.EmptyDataError as e:
         raise TraceError(path, "file is empty (expected a CSV header line and job rows)") from e
     except UnicodeDecodeError as e:
-        raise TraceError(path, f"not a UTF-8 text/CSV file ({e.reason} at byte {e.start})", row=1) from e
+        raise _not_utf8(path, e) from e
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, pd.errors.ParserError) as e:
         # EOFError / BadZipFile: a truncated .gz/.bz2/.xz/.zip file
         raise TraceError(path, f"cannot read the CSV header: {_one_line(e)}", row=1) from e
@@ -217,6 +223,43 @@ def _read_header(path: pathlib.Path) -> list[str]:
 
 def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
+
+
+def _open_binary(path: pathlib.Path):
+    suffix = path.suffix.lower()
+    if suffix == ".gz":
+        import gzip
+
+        return gzip.open(path, "rb")
+    if suffix == ".bz2":
+        import bz2
+
+        return bz2.open(path, "rb")
+    if suffix == ".xz":
+        import lzma
+
+        return lzma.open(path, "rb")
+    return open(path, "rb")
+
+
+def _not_utf8(path: pathlib.Path, e: UnicodeDecodeError) -> TraceError:
+    """The error for a file that is not UTF-8, naming the line and byte of the first bad byte.
+
+    The decoder's own offset is within whatever chunk pandas handed it, so the file is scanned
+    again, line by line (a UTF-8 sequence never spans a newline byte)."""
+    offset = 0
+    try:
+        with _open_binary(path) as f:
+            for number, line in enumerate(f, start=1):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as bad:
+                    return TraceError(path, f"not a UTF-8 text/CSV file ({bad.reason} at byte "
+                                            f"{offset + bad.start} of the file)", row=number)
+                offset += len(line)
+    except (OSError, EOFError, ValueError):
+        pass  # zip archives and unreadable files: the decoder's own words
+    return TraceError(path, f"not a UTF-8 text/CSV file ({e.reason})")
 
 
 def detect_format(path) -> str:
@@ -284,7 +327,8 @@ def _read_rows(path: pathlib.Path, skip_bad_rows: bool) -> tuple[pd.DataFrame, n
     Blank lines are kept as all-NaN rows. Lines with extra non-empty fields become rows filled
     with a sentinel (dropped later as "wrong number of fields"), or raise unless skip_bad_rows.
     """
-    kw = dict(dtype=str, skip_blank_lines=False, index_col=False, encoding="utf-8-sig")
+    kw = dict(dtype=str, skip_blank_lines=False, index_col=False, encoding="utf-8-sig",
+              keep_default_na=False, na_values=[""])
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", pd.errors.ParserWarning)
@@ -302,7 +346,7 @@ def _read_rows(path: pathlib.Path, skip_bad_rows: bool) -> tuple[pd.DataFrame, n
     except pd.errors.EmptyDataError as e:
         raise TraceError(path, "file is empty (expected a CSV header line and job rows)") from e
     except UnicodeDecodeError as e:
-        raise TraceError(path, f"not a UTF-8 text/CSV file ({e.reason} at byte {e.start})") from e
+        raise _not_utf8(path, e) from e
     except pd.errors.ParserError as e:
         raise TraceError(path, "malformed CSV: " + _one_line(e), row=_parse_error_line(e)) from e
     except (OSError, ValueError, csv.Error, EOFError, MemoryError) as e:
@@ -337,38 +381,71 @@ def _open_text(path: pathlib.Path):
 
 def _read_rows_slow(path: pathlib.Path, skip_bad_rows: bool, kw: dict):
     """Only for malformed files: a per-record pass with the csv module that normalises every
-    record to the header's width (keeping exact source line numbers), then pandas on the result."""
+    record to the header's width (keeping exact source line numbers), then pandas on the result.
+
+    A quoted field may hold line breaks (job names from sacct do), but a stray, unbalanced quote
+    would otherwise swallow every line up to the next quote, or to the end of the file, as one
+    field. So a record that runs over several lines is taken only if it has the header's width,
+    its quotes close, and no line inside it looks like a row of its own (the header's number of
+    commas); otherwise it is a bad line, and reading resumes on the line after it."""
+    with _open_text(path) as f:
+        text = f.readlines()  # newline="": "\n", "\r\n" and "\r" endings, as csv counts lines
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     lines: list[int] = []
     n_bad = 0
-    with _open_text(path) as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            raise TraceError(path, "file is empty (expected a CSV header line and job rows)")
-        n = len(header)
-        writer.writerow(header)
+    reader = csv.reader(iter(text))
+    header = next(reader, None)
+    if header is None:
+        raise TraceError(path, "file is empty (expected a CSV header line and job rows)")
+    n = len(header)
+    writer.writerow(header)
+    base, prev = 0, reader.line_num  # text[base:] is what `reader` reads; prev: its lines so far
+    while True:
+        rec = next(reader, None)
+        if rec is None:
+            break
+        start, end = base + prev + 1, base + reader.line_num  # physical lines, 1-based
         prev = reader.line_num
-        for rec in reader:
-            start, prev = prev + 1, reader.line_num
-            if len(rec) > n:
-                if all(not x.strip() for x in rec[n:]):
-                    rec = rec[:n]  # trailing separators only
-                else:
-                    if not skip_bad_rows:
-                        raise TraceError(path, f"the line has {len(rec)} fields but the header has {n}"
-                                         + _SKIP_HINT, row=start)
-                    n_bad += 1
-                    rec = [_BAD_FIELDS] * n
-            elif len(rec) < n:
-                rec = rec + [""] * (n - len(rec))
-            writer.writerow(rec)
+        if end > start and (len(rec) != n or not _quotes_close(text[start - 1:end])
+                            or any(line.count(",") == n - 1 for line in text[start:end - 1])):
+            if not skip_bad_rows:
+                raise TraceError(path, f"a quote opened on this line is not closed where the row "
+                                       f"should end (the field runs on to line {end}); check for "
+                                       f"a stray '\"'" + _SKIP_HINT, row=start)
+            n_bad += 1
+            writer.writerow([_BAD_QUOTE] * n)
             lines.append(start)
+            base, prev = start, 0  # read on from the line after the bad one
+            reader = csv.reader(text[i] for i in range(base, len(text)))
+            continue
+        if len(rec) > n:
+            if all(not x.strip() for x in rec[n:]):
+                rec = rec[:n]  # trailing separators only
+            else:
+                if not skip_bad_rows:
+                    raise TraceError(path, f"the line has {len(rec)} fields but the header has {n}"
+                                     + _SKIP_HINT, row=start)
+                n_bad += 1
+                rec = [_BAD_FIELDS] * n
+        elif len(rec) < n:
+            rec = rec + [""] * (n - len(rec))
+        writer.writerow(rec)
+        lines.append(start)
     buf.seek(0)
     kw = {k: v for k, v in kw.items() if k != "encoding"}
     df = pd.read_csv(buf, **kw)
     return df, np.asarray(lines, dtype=np.int64), n_bad
+
+
+def _quotes_close(record_lines: list[str]) -> bool:
+    """True when the quoted fields of one multi-line record end before the text does."""
+    try:
+        for _ in csv.reader(iter(record_lines), strict=True):
+            pass
+    except csv.Error:
+        return False
+    return True
 
 
 # How to get past a bad row, in the Python API's words; `lucidctl` swaps in its flag (SKIP_HINT_CLI).
@@ -418,8 +495,13 @@ class _Rows:
         raise TraceError(self.path, msg + _SKIP_HINT, row=int(self.lines[i]), column=self.colname(column))
 
 
-def _missing(raw: pd.Series) -> np.ndarray:
-    return raw.isna().to_numpy()
+def _no_value(raw: pd.Series) -> np.ndarray:
+    """Empty cells and the spellings of "no value" (_NO_VALUE_TEXT): for number and time columns."""
+    return raw.isna().to_numpy() | raw.str.strip().str.lower().isin(_NO_VALUE_TEXT).to_numpy()
+
+
+def _empty_cell(v) -> str:
+    return "empty cell" if v is None or (isinstance(v, float) and math.isnan(v)) else repr(str(v))
 
 
 def _show(v) -> str:
@@ -431,11 +513,11 @@ def _show(v) -> str:
 def _numeric(rows: _Rows, raw: pd.Series, column: str, *, required: bool, what: str,
              invalid_reason: str | None = None) -> np.ndarray:
     """Parse a numeric column. Empty cells: error when required, else NaN. Non-numbers: error."""
-    num = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    empty = _missing(raw)
+    empty = _no_value(raw)
+    num = pd.to_numeric(raw.where(~empty), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     if required:
         rows.bad(empty, f"missing {column}", column, raw,
-                 lambda v: f"missing {column} (empty cell); expected {what}")
+                 lambda v: f"missing {column} ({_empty_cell(v)}); expected {what}")
     bad = (~empty & ~np.isfinite(num)) | (np.abs(np.nan_to_num(num)) > _MAX_SECONDS)
     rows.bad(bad, invalid_reason or f"invalid {column}", column, raw,
              lambda v: f"{column} must be {what}, got {_show(v)}")
@@ -478,9 +560,10 @@ def _parse_datetimes(rows: _Rows, raw: pd.Series, column: str) -> pd.Series:
     else:
         lo, hi = pd.Timestamp("1970-01-01"), pd.Timestamp("2200-01-01")
     ts = ts.where((ts >= lo) & (ts < hi))  # "-1" or "5" parse as years; not plausible submit times
-    bad = ts.isna().to_numpy() & ~_missing(raw)
-    rows.bad(_missing(raw), f"missing {column}", column, raw,
-             lambda v: f"missing {column} (empty cell)")
+    empty = _no_value(raw)
+    bad = ts.isna().to_numpy() & ~empty
+    rows.bad(empty, f"missing {column}", column, raw,
+             lambda v: f"missing {column} ({_empty_cell(v)})")
     rows.bad(bad, f"unparseable {column}", column, raw,
              lambda v: f"cannot parse {column} {_show(v)} as a date/time "
                        "(expected e.g. '2020-09-01 08:00:00')")
@@ -560,7 +643,7 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
     else:
         _read_header(path)  # readable, not empty, no duplicate column names
 
-    df, lines, n_long = _read_rows(path, skip_bad_rows)
+    df, lines, n_bad_lines = _read_rows(path, skip_bad_rows)
     df.columns = [str(c).strip() for c in df.columns]
 
     required = {"venus": _VENUS_REQUIRED, "helios": _HELIOS_REQUIRED,
@@ -596,8 +679,9 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
         trailing = np.arange(len(df)) > last
         rows.alive &= ~(all_empty & trailing)
         rows.drop(all_empty & ~trailing, "empty line")
-    if n_long:
+    if n_bad_lines:
         rows.drop((df.iloc[:, 0] == _BAD_FIELDS).to_numpy(), "wrong number of fields")
+        rows.drop((df.iloc[:, 0] == _BAD_QUOTE).to_numpy(), "unbalanced quote")
 
     # ---- submit times and origin -------------------------------------------------------------
     raw_submit = df["submit_time"]
@@ -661,7 +745,7 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
     # ---- duration --------------------------------------------------------------------------------
     raw_dur = df["duration"]
     if fmt == "helios" and "start_time" in df.columns:
-        never = _missing(raw_dur) & df["start_time"].isna().to_numpy()
+        never = _no_value(raw_dur) & _no_value(df["start_time"])
         rows.drop(never, "never started")
     dur = _numeric(rows, raw_dur, "duration", required=True, what="a number of seconds >= 0")
     rows.bad(np.nan_to_num(dur) < 0, "negative duration", "duration", raw_dur,
@@ -695,7 +779,14 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
             workload[c] = _text(rows, df.get(c), c, required=False) if c in df.columns else None
         for c in WORKLOAD_NUMERIC_COLUMNS:
             if c in df.columns:
-                workload[c] = _numeric(rows, df[c], c, required=False, what="a number")
+                lo, hi, what = _WORKLOAD_RANGES[c]
+                v = _numeric(rows, df[c], c, required=False, what=what)
+                out_of_range = ~np.isnan(v) & ((np.nan_to_num(v) < lo) | (np.nan_to_num(v) > hi))
+                if c == "amp":
+                    out_of_range |= ~np.isnan(v) & ~np.isin(v, (0.0, 1.0))
+                rows.bad(out_of_range, f"invalid {c}", c, df[c],
+                         lambda x, c=c, what=what: f"{c} must be {what}, got {_show(x)}")
+                workload[c] = v
             else:
                 workload[c] = None
 
@@ -766,6 +857,18 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
 
     return LoadedTrace(jobs=jobs, path=str(path), fmt=fmt, origin=origin,
                        dropped=dict(rows.dropped), missing_inputs=missing_inputs)
+
+
+# What a profiling run can measure (the packing and speed models read these as such); a value
+# outside is a unit mix-up (a fraction for a percentage, bytes for MiB) or a broken row.
+_WORKLOAD_RANGES = {
+    "batchsize": (0.0, math.inf, "a batch size >= 0"),
+    "amp": (0.0, 1.0, "0 or 1 (mixed precision off/on)"),
+    "speed": (0.0, math.inf, "a speed >= 0 (iterations or samples per second)"),
+    "gpu_util": (0.0, 100.0, "a percentage from 0 to 100"),
+    "gmem_util": (0.0, 100.0, "a percentage from 0 to 100"),
+    "gmem": (0.0, 16.0 * 2**20, "GPU memory in MiB, from 0 to 16 TiB"),
+}
 
 
 def _origin_and_seconds(ts: pd.Series, rows: _Rows) -> tuple[pd.Timestamp | None, np.ndarray]:
