@@ -29,6 +29,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output (schema in docs/cli.md)")
     p.add_argument("--version", action="version", version=f"lucidctl {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    # `lucidctl status --json` is how many will type it: take it after the command as well.
+    # SUPPRESS: when absent there, the value before the command stands.
+    sub_json = argparse.ArgumentParser(add_help=False)
+    sub_json.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                          help="as before the command: machine-readable output")
+    _add_parser = sub.add_parser
+    sub.add_parser = lambda *a, **k: _add_parser(*a, parents=[sub_json], **k)  # noqa: E731
 
     s = sub.add_parser("simulate", help="replay a job trace under several policies and compare them")
     s.add_argument("--trace", default="sample", help="trace file, or 'sample' for the bundled sample (default)")
@@ -92,7 +99,8 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--config", help=live_help)
     e = sub.add_parser("explain", help="explain a decision: `explain job ID` (live daemon, or --sim-out DIR)")
     e.add_argument("--config", help=live_help)
-    e.add_argument("what", choices=["job"], metavar="job", help="what to explain (only `job` so far)")
+    # Checked in main, not with choices=: argparse would call the argument "job" in its error.
+    e.add_argument("what", metavar="job", help="what to explain (only `job` so far)")
     e.add_argument("id", metavar="ID", help="the job id, as in the trace")
     e.add_argument("--sim-out", help="explain a job of a simulation output directory instead of the live daemon")
 
@@ -120,6 +128,8 @@ def _parser() -> argparse.ArgumentParser:
     for flag in ("--tprof", "--cprof", "--nprof", "--gss", "--starvation-s", "--aging-halflife-s"):
         t.add_argument(flag, type=int, help="current value (default: lucidd's default)")
 
+    # Not for import-sacct: there `--json` has long been short for its `--json-file`.
+    sub.add_parser = _add_parser
     im = sub.add_parser("import-sacct", help="turn this cluster's `sacct --json` history into a trace for simulate "
                                              "(docs/traces.md)")
     src = im.add_mutually_exclusive_group()
@@ -143,8 +153,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.command == "explain" and args.what != "job":
+        parser.exit(2, f"lucidctl: error: explain {args.what}: only jobs can be explained so far: "
+                       "`lucidctl explain job ID` (see `lucidctl explain --help`)\n")
     if args.command is None:
         _parser().print_help()
         return 2
@@ -239,7 +253,9 @@ def _check_args(args) -> None:
     """Range and consistency checks of every flag: one line naming the flag, before any work."""
     from .experiment import known_policies
 
-    _check_int(args, "nodes", lo=1, what=" (nodes in the one VC)")
+    from .cluster import MAX_NODES
+
+    _check_int(args, "nodes", lo=1, hi=MAX_NODES, what=" (nodes in the one VC)")
     _check_int(args, "gpus_per_node", lo=1, hi=64)
     _check_int(args, "tprof", lo=1, what=" second(s)")
     _check_int(args, "cprof", lo=0, what=" (0: no profiling partition)")

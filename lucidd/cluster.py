@@ -17,6 +17,12 @@ import pandas as pd
 from .errors import ConfigError, TraceError
 
 
+#: The most nodes a simulated cluster may have, all VCs together. The largest GPU clusters have
+#: tens of thousands of nodes; a replay of 100,000 takes under a minute, while a mistyped count
+#: (a billion nodes) would fill the machine's memory before the first job starts.
+MAX_NODES = 100_000
+
+
 @dataclass
 class VCSpec:
     name: str
@@ -87,6 +93,9 @@ def load_vc_config(path, gpus_per_node: int = 8) -> ClusterSpec:
         if name in spec.vcs:
             raise ConfigError(f"{path}, row {line}: VC '{name}' listed twice")
         spec.vcs[name] = VCSpec(name, nodes, gpn)
+        if spec.total_nodes > MAX_NODES:
+            raise ConfigError(f"{path}, row {line}: the VCs up to '{name}' have {spec.total_nodes} nodes; "
+                              f"at most {MAX_NODES:,} in all")
     return spec
 
 
@@ -112,8 +121,8 @@ def size_cluster_from_trace(jobs: pd.DataFrame, gpus_per_node: int = 8, nodes: i
     """
     spec = ClusterSpec(source="sized from trace")
     if nodes is not None:
-        if nodes <= 0:
-            raise ConfigError(f"--nodes must be positive, got {nodes}")
+        if not 0 < nodes <= MAX_NODES:
+            raise ConfigError(f"--nodes {nodes}: must be from 1 to {MAX_NODES}")
         spec.vcs["all"] = VCSpec("all", nodes, gpus_per_node)  # exactly as asked: too-big jobs are reported
         spec.source = f"--nodes {nodes}"
         return spec
@@ -155,6 +164,9 @@ def scale_cluster(spec: ClusterSpec, factor: float, jobs: pd.DataFrame | None = 
             n = need
             raised.append(name)
         out.vcs[name] = VCSpec(name, n, vc.gpus_per_node)
+    if out.total_nodes > MAX_NODES:
+        raise ConfigError(f"--scale-nodes {f:g}: {spec.total_nodes} nodes become {out.total_nodes}; "
+                          f"at most {MAX_NODES:,} in all")
     return out, raised
 
 

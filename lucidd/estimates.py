@@ -74,7 +74,8 @@ def load_estimates(path) -> dict:
     """Read precomputed duration estimates keyed by job_id (as str)."""
     path = os.fspath(path)
     try:
-        df = pd.read_csv(path, dtype={"job_id": str})
+        # ids as written ("NA" is a job id); only an empty cell is missing
+        df = pd.read_csv(path, dtype={"job_id": str}, keep_default_na=False, na_values=[""])
     except FileNotFoundError:
         raise TraceError(path, "estimates file not found") from None
     except Exception as exc:
@@ -87,15 +88,29 @@ def load_estimates(path) -> dict:
         col, artifact = "priority", True
     else:
         raise TraceError(path, "estimates file needs an 'estimate_s' (or the artifact's 'priority') column")
+    ids = df["job_id"].astype("string").str.strip()
+    if ids.isna().any() or (ids == "").any():
+        i = int((ids.isna() | (ids == "")).to_numpy().nonzero()[0][0])
+        raise TraceError(path, "missing job_id (empty cell)", row=i + 2, column="job_id")
     values = pd.to_numeric(df[col], errors="coerce")
-    bad = values.isna()
+    bad = values.isna() | ~values.abs().lt(float("inf"))
     if bad.any():
         i = int(bad.to_numpy().nonzero()[0][0])
-        raise TraceError(path, f"estimate '{df[col].iloc[i]}' is not a number", row=i + 2, column=col)
+        raise TraceError(path, f"estimate '{df[col].iloc[i]}' is not a finite number", row=i + 2, column=col)
     if artifact:
         values = values.where(values >= 0, 1000.0)  # the artifact's CombinedEstimator rule
     elif (values < 0).any():
         i = int((values < 0).to_numpy().nonzero()[0][0])
         raise TraceError(path, "estimates must not be negative", row=i + 2, column=col)
-    df = df.assign(_v=values.astype(float)).drop_duplicates("job_id", keep="first")
-    return dict(zip(df["job_id"].astype(str), df["_v"]))
+    values = values.astype(float)
+    # A repeated line (files joined together) is harmless; two different estimates for one job
+    # leave no way to know which was meant.
+    first = values.groupby(ids).transform("first")
+    clash = ids.duplicated(keep=False).to_numpy() & (values != first).to_numpy()
+    if clash.any():
+        i = int(clash.nonzero()[0][0])
+        j = int((ids == ids.iloc[i]).to_numpy().nonzero()[0][0])
+        raise TraceError(path, f"job {ids.iloc[i]} has two different estimates ({values.iloc[j]:g} on row "
+                               f"{j + 2}, {values.iloc[i]:g} here)", row=i + 2, column=col)
+    keep = ~ids.duplicated(keep="first").to_numpy()
+    return dict(zip(ids[keep].tolist(), values[keep].tolist()))

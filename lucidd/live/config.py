@@ -235,7 +235,10 @@ def config_from_dict(raw: dict, path: str | None = None) -> Config:
 def load_config(path: str) -> Config:
     try:
         with open(path, "rb") as f:
-            raw = tomllib.load(f)
+            data = f.read()
+        # A byte-order mark (Windows editors write one) is not TOML, but the file means the same
+        # without it.
+        raw = tomllib.loads(data.decode("utf-8-sig"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except PermissionError:
