@@ -111,13 +111,24 @@ def load_model(path: str | os.PathLike, expected_model: str, expected_type: type
         raise ModelError(f"{path}: not a readable lucidd model ({exc.__class__.__name__}: {exc})") from None
     if not isinstance(payload, dict) or "stamp" not in payload or "model" not in payload:
         raise ModelError(f"{path}: not a lucidd model file (no version stamp)")
-    stamp = ModelStamp(**payload["stamp"])
-    if stamp.model != expected_model:
-        raise ModelError(f"{path}: holds a '{stamp.model}' model, expected '{expected_model}'")
-    if stamp.format_version != MODEL_FORMAT_VERSION:
+    raw = payload["stamp"]
+    if not isinstance(raw, dict):
+        raise ModelError(f"{path}: not a lucidd model file (its version stamp is a {type(raw).__name__})")
+    # Kind and format version first, from the raw stamp: a file written by another lucidd version
+    # may have other stamp fields, and must be refused as such (ModelError, so the store falls
+    # back to an older file), not fail in ModelStamp(**raw).
+    if raw.get("model") != expected_model:
+        raise ModelError(f"{path}: holds a '{raw.get('model')}' model, expected '{expected_model}'")
+    if raw.get("format_version") != MODEL_FORMAT_VERSION:
         raise ModelError(
-            f"{path}: model format version {stamp.format_version}, this lucidd reads {MODEL_FORMAT_VERSION}; refit it"
+            f"{path}: model format version {raw.get('format_version')}, this lucidd reads {MODEL_FORMAT_VERSION}; "
+            "refit it"
         )
+    known = {f.name for f in dataclasses.fields(ModelStamp)}
+    try:
+        stamp = ModelStamp(**{k: v for k, v in raw.items() if k in known})
+    except TypeError as exc:  # a field this lucidd needs is missing
+        raise ModelError(f"{path}: incomplete version stamp ({exc})") from None
     obj = payload["model"]
     if expected_type is not None and not isinstance(obj, expected_type):
         raise ModelError(f"{path}: stamped '{expected_model}' but holds a {type(obj).__name__}, "

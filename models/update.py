@@ -109,6 +109,11 @@ def _jsonable(obj: Any) -> Any:
 # ================================================================================================
 # model store
 # ================================================================================================
+#: How far the clock may seem to step back (seconds) before a refit logged "in the future" is
+#: taken as a clock that was wrong, and the refit counts as due.
+CLOCK_BACK_SLACK_S = 600
+
+
 @dataclass
 class LoadedModel:
     """What :meth:`ModelStore.load_current` returns.
@@ -329,7 +334,12 @@ class ModelStore:
     # -- reading ----------------------------------------------------------------------------------
     def _load_file(self, kind: str, version: int) -> LoadedModel:
         path = self.path_of(kind, version)
-        obj = self._class(kind).load(path)
+        try:
+            obj = self._class(kind).load(path)
+        except ModelError:
+            raise
+        except Exception as exc:  # a pickle of another library version can fail in its own ways
+            raise ModelError(f"{path}: cannot load ({exc.__class__.__name__}: {exc})") from None
         stamp = getattr(obj, "stamp_", None) or getattr(obj, "stamp", None)
         return LoadedModel(kind=kind, version=version, path=path, model=obj, stamp=stamp)
 
@@ -739,7 +749,9 @@ class UpdateEngine:
             log.warning("update engine: no usable %s model: %s", kind, exc)
             self._cache.pop(kind, None)
             return None
-        if lm is not None and not lm.fallback and key is not None:
+        if lm is not None and key is not None:
+            # a fallback too: while the broken current file is unchanged, the answer is the same
+            # (and each reload would log its warning again)
             self._cache[kind] = (key, lm)
         else:
             self._cache.pop(kind, None)
@@ -753,6 +765,11 @@ class UpdateEngine:
         if last is None:
             return "first refit: no refit attempt logged yet"
         elapsed = now - last["time"]
+        if elapsed < -CLOCK_BACK_SLACK_S:
+            # The last attempt is logged in the future: the clock was ahead then (a controller that
+            # booted before time sync). Waiting for the clock to catch up would leave the model
+            # stale for as long, without a word.
+            return f"clock went back: the last attempt is logged at {last['time']}, {-elapsed} s after now"
         decision = last.get("decision")
         if decision in ("skipped", "failed"):
             if elapsed >= cfg.retry_s:
@@ -803,7 +820,7 @@ class UpdateEngine:
         last = self._last_drift.get("duration")
         attempt = self._last_attempt.get("duration")
         ref = max([r["time"] for r in (last, attempt) if r is not None], default=None)
-        return ref is None or now - ref >= self.config.drift_check_every_s
+        return ref is None or not -CLOCK_BACK_SLACK_S <= now - ref < self.config.drift_check_every_s
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def _finish(self, res: RefitResult, decision: str, reason: str) -> RefitResult:

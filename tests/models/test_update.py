@@ -107,7 +107,8 @@ def test_publish_writes_versions_and_pointer_atomically(tmp_path, model):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "missing", "wrong_kind", "wrong_format"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "missing", "wrong_kind", "wrong_format",
+                                    "stamp_not_a_dict", "stamp_missing_a_field"])
 def test_unusable_current_falls_back_to_previous(tmp_path, model, damage):
     store = ModelStore(tmp_path)
     store.publish("duration", model)
@@ -121,6 +122,15 @@ def test_unusable_current_falls_back_to_previous(tmp_path, model, damage):
         cur.unlink()
     elif damage == "wrong_kind":
         save_model({"x": 1}, make_stamp("throughput", 1), cur)
+    elif damage in ("stamp_not_a_dict", "stamp_missing_a_field"):
+        import joblib  # another lucidd's stamp: it raised TypeError, past the fallback to v1
+
+        payload = joblib.load(cur)
+        if damage == "stamp_not_a_dict":
+            payload["stamp"] = ["duration", 1]
+        else:
+            del payload["stamp"]["trained_at"]
+        joblib.dump(payload, cur)
     else:
         stamp = make_stamp("duration", 1)
         stamp.format_version = 999
@@ -463,3 +473,28 @@ def test_throughput_refit_and_swap(tmp_path):
     assert lm.model.update_meta_["train_cutoff"] in (3 * DAY, 4 * DAY + 300)
     for line in (tmp_path / "updates.jsonl").read_text().splitlines():
         assert strict_json(line)["kind"] == "throughput"
+
+
+def test_a_stamp_with_fields_of_a_newer_lucidd_loads(tmp_path, model):
+    import joblib
+
+    store = ModelStore(tmp_path)
+    store.publish("duration", model)
+    cur = tmp_path / "duration-v0001.joblib"
+    payload = joblib.load(cur)
+    payload["stamp"]["feature_hash"] = "abc"  # a field this lucidd does not know
+    joblib.dump(payload, cur)
+    lm = store.load_current("duration")
+    assert lm.version == 1 and not lm.fallback
+
+
+def test_a_clock_put_back_makes_the_refit_due(tmp_path, jobs):
+    """A refit logged while the clock was a year ahead: waiting for the clock to catch up left the
+    model stale for that year."""
+    eng = UpdateEngine(tmp_path, config(refit_every_s=WEEK, retry_s=DAY))
+    ahead = 8 * DAY + 365 * DAY
+    eng.refit_duration(jobs, ahead)
+    assert not eng.due(ahead + DAY)
+    assert eng.due_reason(8 * DAY).startswith("clock went back")
+    assert eng.refit_duration(jobs, 8 * DAY).trigger == "clock"
+    assert not eng.due(8 * DAY + DAY) and eng.due(8 * DAY + WEEK)
