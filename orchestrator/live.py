@@ -44,7 +44,9 @@ def live_job(j, record) -> Job:
     job = Job(j.job_id, record.target_partition if record is not None else j.partition, j.gpus, submitted, 0,
               j.job_id, user=j.user, name=j.name, cpu_num=j.cpus)
     job.attrs["submitted"] = submitted
-    if record is not None and record.estimate_s:
+    # An estimate is made once, at first sight, as the simulator makes it; but the constant given
+    # when no estimate could be made at all ("default") is tried again at the next cycle.
+    if record is not None and record.estimate_s and getattr(record, "estimate_source", None) != "default":
         job.estimate = float(record.estimate_s)
     return job
 
@@ -321,13 +323,22 @@ class LiveEstimator:
         except Exception as exc:  # noqa: BLE001 - a broken model store must not stop ordering
             log.warning("duration model unavailable (%s): fallback estimates", exc)
         try:
-            if loaded is not None and not loaded.fallback:
+            if loaded is not None:
+                # A fallback (the current file broken, an older version loaded) still beats the
+                # rule of means; its source says so.
+                tag = f":v{loaded.version}" + ("(fallback)" if loaded.fallback else "")
                 out = loaded.model.predict_detailed(frame, hist)
-                src = [f"{s}:v{loaded.version}" if str(s).startswith("ebm") else str(s) for s in out["source"]]
-            else:
+                src = [f"{s}{tag}" if str(s).startswith("ebm") else str(s) for s in out["source"]]
+                est = out["estimate"].to_numpy(float)
+        except Exception as exc:  # noqa: BLE001 - a model that loads but cannot predict
+            log.warning("duration model v%s cannot predict (%s): fallback estimates",
+                        getattr(loaded, "version", "?"), exc)
+            loaded = None
+        try:
+            if loaded is None:
                 out = fallback_estimates(frame, hist, self.default_s)
                 src = [str(s) for s in out["source"]]
-            est = out["estimate"].to_numpy(float)
+                est = out["estimate"].to_numpy(float)
         except Exception as exc:  # noqa: BLE001
             log.warning("estimates failed (%s): %d job(s) get the default %g s", exc, len(jobs), self.default_s)
             return {j.job_id: (self.default_s, "default") for j in jobs}

@@ -73,3 +73,32 @@ def test_refit_failure_keeps_scheduling(tmp_path, monkeypatch):
     d._refit_thread.join(60)
     assert "disk full" in d.last_background
     assert len(calls) == 1  # estimating started no refit of its own
+
+
+def test_a_broken_current_model_serves_the_previous_one_and_a_default_is_estimated_again(tmp_path):
+    """The estimator threw away the previous good version that the store fell back to (the rule of
+    means instead); and a job given the constant when no estimate could be made kept it for good."""
+    import types
+
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "models": {"min_history_jobs": 100}})
+    store = Store(cfg.database.url).create()
+    store.add_history(_history())
+    d = LucidDecider(cfg)
+    for when in (NOW - 8 * 86400, NOW):  # two versions
+        d.background(store, when)
+        d._refit_thread.join(300)
+    engine = d.estimator.engine()
+    assert engine.store.versions("duration") == [1, 2]
+    current = engine.store.path_of("duration", 2)
+    current.write_bytes(current.read_bytes()[:100])
+    job = live_job(LiveJob(9001, user="u3", gpus=2, submit_time=NOW, partition="main"), None)
+    est, src = d.estimator.estimate([job])[9001]
+    assert src.endswith(":v1(fallback)") and 60 < est < 5000
+
+    def record(source):
+        return types.SimpleNamespace(original_submit=NOW, target_partition="main", estimate_s=3600.0,
+                                     estimate_source=source)
+
+    lj = LiveJob(9002, gpus=1, submit_time=NOW, partition="main")
+    assert live_job(lj, record("fallback:same_gpu_mean")).estimate == 3600.0  # made once, kept
+    assert live_job(lj, record("default")).estimate is None  # estimated again at this cycle
