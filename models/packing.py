@@ -170,7 +170,9 @@ def _feature_frame(df: pd.DataFrame) -> pd.DataFrame:
     if missing:
         raise ModelError(f"packing model input lacks columns {missing}")
     X = df[list(FEATURES)].apply(pd.to_numeric, errors="coerce").astype(float)
-    return X
+    # inf, or a number past float32 (what the tree computes in), is no measurement: missing, like
+    # an empty cell (sklearn would stop with "Input X contains infinity")
+    return X.where(np.isfinite(X) & (X.abs() < 1e30))
 
 
 class PackingModel:
@@ -275,9 +277,9 @@ class PackingModel:
         y_s = pd.to_numeric(profiles[label_col], errors="coerce")
         ok = y_s.notna() & X_df.notna().all(axis=1)
         dropped = int((~ok).sum())
-        X, y = X_df[ok].to_numpy(), y_s[ok].astype(int).to_numpy()
-        if set(np.unique(y)) - set(LABEL_NAMES):
+        if not y_s[ok].isin(list(LABEL_NAMES)).all():  # 1.7 is no label (astype(int) made it 1)
             raise ModelError(f"packing fit: labels must be in {sorted(LABEL_NAMES)}")
+        X, y = X_df[ok].to_numpy(), y_s[ok].astype(int).to_numpy()
         if allow_constant and len(y) and (len(np.unique(y)) < 2 or len(y) < 4):
             return self._fit_constant(X, y, dropped)
         if len(np.unique(y)) < 2:

@@ -305,3 +305,21 @@ def test_artifact_tree_cross_validates():
     assert ev["cv_accuracy"] > 0.6
     assert ev["nested_cv_accuracy"] > 0.55
     assert (m.predict(single) == single["label"]).mean() == pytest.approx(ev["train_accuracy"])
+
+
+def test_infinite_or_huge_metrics_are_missing_not_a_traceback():
+    """--profiles with gmem=inf stopped `lucidctl simulate` with sklearn's "Input X contains
+    infinity"; such a value is no measurement, like an empty cell."""
+    rng = np.random.default_rng(0)
+    n = 60
+    df = pd.DataFrame({"gpu_util": rng.uniform(0, 100, n), "gmem_util": rng.uniform(0, 60, n),
+                       "gmem": rng.uniform(500, 20000, n), "amp": rng.integers(0, 2, n).astype(float)})
+    df["label"] = np.where(df["gpu_util"] < 30, 0, np.where(df["gpu_util"] < 70, 1, 2))
+    df.loc[0, "gmem"], df.loc[1, "gpu_util"] = np.inf, 1e300
+    m = PackingModel(default_class=2, nested_cv=False).fit(df, label_col="label")
+    assert m.evaluation_["rows_dropped"] == 2
+    assert list(m.predict(df.iloc[:2])) == [2, 2]  # missing metric: the default class (never pack)
+    bad = df.assign(label=df["label"].astype(float))
+    bad.loc[5, "label"] = 1.7
+    with pytest.raises(ModelError, match="labels must be in"):
+        PackingModel(nested_cv=False).fit(bad, label_col="label")
