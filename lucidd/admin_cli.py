@@ -136,6 +136,12 @@ def explain_data(cfg, store, job_id) -> dict:
         story.append(f"started {_ts(r.start_time)} in {r.partition_ran or r.target_partition}")
     if r.phase == "done":
         story.append(f"ended {_ts(r.end_time)}: {r.final_state}")
+    from .live.store import StoreError
+
+    try:
+        gpu_runs = [_gpu_run(g, cfg) for g in store.gpu_profiles(jid)]
+    except StoreError:  # a database from before schema 4 (lucidd not restarted since the upgrade)
+        gpu_runs = []
     return {
         "job_id": jid, "user": r.user, "account": r.account, "name": r.name, "gpus": r.gpus,
         "requested_partition": r.requested_partition, "partition": r.target_partition, "phase": r.phase,
@@ -149,11 +155,22 @@ def explain_data(cfg, store, job_id) -> dict:
                      "created_at": a.created_at, "applied_at": a.applied_at, "args": json.loads(a.args or "{}")}
                     for a in actions],
         "story": story,
+        "gpu_usage": gpu_runs,
     }
+
+
+def _gpu_run(g, cfg) -> dict:
+    return {"partition": g.partition, "node": g.node, "profiling_run": g.partition == cfg.slurm.profiling_partition,
+            "first_t": g.first_t, "last_t": g.last_t, "samples": g.samples, "gpus": g.gpus,
+            "gpu_util": g.gpu_util, "gmem_util": g.gmem_util, "gmem_mib": g.gmem_mib}
 
 
 def _ts(t):
     return "?" if not t else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(t)))
+
+
+def _pct(v):
+    return "?" if v is None else f"{v:.0f} %"
 
 
 def _float(v):
@@ -219,4 +236,9 @@ def cmd_live(args) -> int:
     if o["site_factor"] is not None:
         print(f"  order: {o['reason']}")
         print(f"  estimate: {o['estimate_s']:,.0f} s from {o['estimate_source'] or '?'}")
+    for g in d["gpu_usage"]:
+        memory = "?" if g["gmem_mib"] is None else f"{g['gmem_mib']:,.0f} MiB"
+        print(f"  GPUs ({'profiling run' if g['profiling_run'] else 'run'} in {g['partition'] or '?'} on {g['node']}, "
+              f"NVML {g['gpus'] or '-'}, {g['samples']} readings {_ts(g['first_t'])} .. {_ts(g['last_t'])}): "
+              f"SM {_pct(g['gpu_util'])}, memory bandwidth {_pct(g['gmem_util'])}, memory {memory}")
     return 0

@@ -122,6 +122,15 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "min_history_jobs": Key(int, 200, "finished jobs needed before the first model is fitted", min=10,
                                 max=10 ** 7),
     },
+    # lucidd-sampler, on each GPU node (profiler/nvml_sampler.py); it reads [database] url as well
+    "sampler": {
+        "interval_s": Key(float, 5.0, "seconds between two NVML readings of the node's GPUs", min=0.1, max=3600),
+        "flush_s": Key(float, 30.0, "seconds between two writes of the per-job figures to the database",
+                       min=1, max=86400),
+        "keep_days": Key(int, 30, "days a job's GPU figures are kept after its run was last seen", min=1,
+                         max=3650),
+        "node": Key(str, "", "this node's name, as Slurm knows it (empty: the host name up to the first dot)"),
+    },
 }
 
 

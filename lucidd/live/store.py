@@ -22,7 +22,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from ..errors import LucidError
 
-SCHEMA_VERSION = 3  # 2: jobs.lent; 3: partition, user and account columns TEXT (were VARCHAR(200))
+SCHEMA_VERSION = 4  # 2: jobs.lent; 3: partition, user and account columns TEXT (were VARCHAR(200));
+# 4: gpu_profiles (a new table: create_all adds it to an older database)
 
 # Columns that were VARCHAR(200) before schema 3: Slurm takes a `-p` list of up to 1,024 characters,
 # and on PostgreSQL one longer than 200 failed every cycle's write.
@@ -120,6 +121,24 @@ class HistoryRow(Base):
     end_time: Mapped[int] = mapped_column(BigInteger, index=True)
     duration: Mapped[int] = mapped_column(BigInteger)
     state: Mapped[str] = mapped_column(String(40), default="")
+
+
+class GpuProfileRow(Base):
+    """What one run of a job did with its GPUs on one node, as the NVML sampler there measured it
+    (profiler/nvml_sampler.py). The sampler writes; lucidd and lucidctl read."""
+
+    __tablename__ = "gpu_profiles"
+    job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    partition: Mapped[str] = mapped_column(String(200), primary_key=True)  # where the run was started
+    node: Mapped[str] = mapped_column(String(200), primary_key=True)
+    first_t: Mapped[int] = mapped_column(BigInteger)
+    last_t: Mapped[int] = mapped_column(BigInteger, index=True)
+    samples: Mapped[int] = mapped_column(Integer, default=0)
+    util_samples: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_util: Mapped[float | None] = mapped_column(Float, nullable=True)  # mean SM utilisation, %
+    gmem_util: Mapped[float | None] = mapped_column(Float, nullable=True)  # mean memory read/write, %
+    gmem_mib: Mapped[float | None] = mapped_column(Float, nullable=True)  # most memory on one GPU
+    gpus: Mapped[str] = mapped_column(Text, default="")  # NVML indices, "0,1"
 
 
 class MetaRow(Base):
@@ -390,6 +409,26 @@ class Store:
     def prune_history(self, before: int):
         with self.session() as s:
             s.execute(delete(HistoryRow).where(HistoryRow.end_time < int(before)))
+
+    # -- GPU profiles (written by the NVML samplers on the GPU nodes) ------------------------------
+    def save_gpu_profiles(self, profiles):
+        """Upsert the sampler's per-run figures (profiler.nvml_sampler.JobGpuProfile)."""
+        with self.session() as s:
+            for p in profiles:
+                s.merge(GpuProfileRow(
+                    job_id=int(p.job_id), partition=p.partition[:200], node=p.node[:200], first_t=int(p.first_t),
+                    last_t=int(p.last_t), samples=int(p.samples), util_samples=int(p.util_samples),
+                    gpu_util=p.gpu_util, gmem_util=p.gmem_util, gmem_mib=p.gmem_max_mib,
+                    gpus=",".join(str(i) for i in sorted(p.gpus))))
+
+    def gpu_profiles(self, job_id) -> list:
+        with self.session() as s:
+            return list(s.scalars(select(GpuProfileRow).where(GpuProfileRow.job_id == int(job_id))
+                                  .order_by(GpuProfileRow.first_t, GpuProfileRow.node)))
+
+    def prune_gpu_profiles(self, before: int) -> None:
+        with self.session() as s:
+            s.execute(delete(GpuProfileRow).where(GpuProfileRow.last_t < int(before)))
 
     def add_model_version(self, kind, version, at, decision, detail):
         with self.session() as s:

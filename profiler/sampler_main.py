@@ -1,0 +1,170 @@
+"""`lucidd-sampler --config FILE [--once]`: the NVML sampler service of a GPU node.
+
+Reads the node's GPUs every `[sampler] interval_s`, writes the per-job figures to lucidd's
+database every `flush_s` (docs/deploy.md, "The NVML sampler"). It never touches Slurm or a job: if
+it stops, nothing but the figures is missing. A database that does not answer is retried at the
+next flush with everything kept in memory; NVML that cannot start is one line and exit status 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import socket
+import sys
+import time
+
+from profiler.nvml_sampler import Sampler, SamplerError, load_nvml
+
+log = logging.getLogger("lucidd.sampler")
+
+
+def node_name(cfg) -> str:
+    return cfg.sampler.node or socket.gethostname().split(".", 1)[0]
+
+
+class SamplerService:
+    """The loop around a Sampler: readings, writes, pruning. `clock` and `sleep` are injectable
+    so tests drive it without waiting."""
+
+    def __init__(self, cfg, nvml, store, proc_dir="/proc", clock=time.time, sleep=time.sleep):
+        from lucidd.live.notify import Notifier
+
+        self.cfg = cfg
+        self.sampler = Sampler(nvml, node_name(cfg), proc_dir)
+        self.store = store
+        self.clock, self.sleep = clock, sleep
+        self.stop_requested = False
+        self.last_flush = self.last_prune = 0.0
+        self.unsaved: list = []  # figures a failed write left, written with the next
+        self.created = False  # the tables made (or checked) once the database first answers
+        self.notifier = Notifier()
+
+    def start(self):
+        self.sampler.start()
+        self.notifier.ready(f"sampling {self.sampler.node}")
+
+    def flush(self, now: float) -> bool:
+        from lucidd.live.store import StoreError
+
+        changed = {(p.job_id, p.partition): p for p in self.unsaved}
+        changed.update({(p.job_id, p.partition): p for p in self.sampler.take_changes()})
+        # what was written and has not been seen for a while has ended: free its memory
+        self.sampler.forget_before(int(now - 3 * max(self.cfg.sampler.flush_s, self.cfg.sampler.interval_s)))
+        if not changed:
+            return True
+        try:
+            if not self.created:
+                self.store.create()
+                self.created = True
+            self.store.save_gpu_profiles(list(changed.values()))
+        except StoreError as exc:
+            self.unsaved = list(changed.values())
+            log.warning("cannot write %d job profile(s), kept for the next try: %s", len(changed), exc)
+            return False
+        self.unsaved = []
+        return True
+
+    def prune(self, now: float) -> None:
+        from lucidd.live.store import StoreError
+
+        if not self.created:
+            return  # nothing written yet: the next hour's prune
+        try:
+            self.store.prune_gpu_profiles(int(now - self.cfg.sampler.keep_days * 86400))
+        except StoreError as exc:
+            log.warning("cannot prune old GPU profiles: %s", exc)
+
+    def step(self) -> bool:
+        """One reading, and the writes that are due; True when the last write (if any) worked."""
+        now = self.clock()
+        self.sampler.sample(int(now))
+        ok = True
+        if now - self.last_flush >= self.cfg.sampler.flush_s:
+            ok = self.flush(now)
+            self.last_flush = now
+        if now - self.last_prune >= 3600:
+            self.prune(now)
+            self.last_prune = now
+        self.notifier.watchdog()
+        return ok
+
+    def loop(self):
+        interval = self.cfg.sampler.interval_s
+        while not self.stop_requested:
+            began = self.clock()
+            self.step()
+            # in slices: a long interval_s must not outlast systemd's WatchdogSec, nor delay a stop
+            while not self.stop_requested:
+                left = interval - (self.clock() - began)
+                if left <= 0:
+                    break
+                self.sleep(min(left, 10.0))
+                self.notifier.watchdog()
+
+    def close(self):
+        self.notifier.stopping()
+        self.flush(self.clock())
+        self.sampler.stop()
+
+
+def main(argv=None) -> int:
+    from lucidd import __version__
+    from lucidd.daemon import _load_config_or_none
+    from lucidd.live.store import Store, StoreError
+
+    p = argparse.ArgumentParser(prog="lucidd-sampler",
+                                description="lucidd's NVML sampler for one GPU node (docs/deploy.md)")
+    p.add_argument("--config", required=True, help="lucidd's TOML configuration ([database], [sampler])")
+    p.add_argument("--once", action="store_true",
+                   help="take one reading, write it, print the per-job figures and exit (0 ok, 1 the write failed)")
+    p.add_argument("--version", action="version", version=f"lucidd-sampler {__version__}")
+    args = p.parse_args(argv)
+    cfg = _load_config_or_none("lucidd-sampler", args.config)
+    if cfg is None:
+        return 2
+    try:
+        store = Store(cfg.database.url, connect_timeout_s=cfg.slurm.command_timeout_s)
+    except StoreError as exc:  # a URL that cannot work (no driver, malformed)
+        print(f"lucidd-sampler: {exc}", file=sys.stderr)
+        return 2
+    if cfg.database.url.startswith("sqlite"):
+        log.warning("[database] url is SQLite (%s): the figures stay on this node; lucidd on the controller "
+                    "reads them only from a database both reach (PostgreSQL)", cfg.database.url)
+    try:
+        service = SamplerService(cfg, load_nvml(), store)
+        service.start()
+    except SamplerError as exc:
+        print(f"lucidd-sampler: {exc}", file=sys.stderr)
+        return 3
+    if args.once:
+        try:
+            service.step()
+            ok = service.flush(service.clock())
+            for prof in service.sampler.profiles.values():
+                print(f"job {prof.job_id} ({prof.partition or '?'}) on {prof.node} GPUs {sorted(prof.gpus)}: "
+                      f"gpu_util {_pct(prof.gpu_util)}, gmem_util {_pct(prof.gmem_util)}, gmem "
+                      f"{'?' if prof.gmem_max_mib is None else f'{prof.gmem_max_mib:,.0f} MiB'}")
+            return 0 if ok else 1
+        finally:
+            service.sampler.stop()
+
+    def on_signal(signum, _frame):
+        service.stop_requested = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        service.loop()
+    finally:
+        service.close()
+    return 0
+
+
+def _pct(v):
+    return "?" if v is None else f"{v:.1f} %"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
