@@ -17,7 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "systemd"
-NAMES = ["lucidd.service", "lucidd-failopen.service", "lucidd-failopen.timer"]
+NAMES = ["lucidd.service", "lucidd-failopen.service", "lucidd-failopen.timer", "lucidd-sampler.service"]
 ANALYZE = shutil.which("systemd-analyze") or ("/usr/bin/systemd-analyze"
                                               if Path("/usr/bin/systemd-analyze").exists() else None)
 needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze not installed (Debian: package systemd)")
@@ -51,13 +51,14 @@ def one(u, section, key):
 
 
 def copy_for_verify(tmp_path, names=NAMES, edit=None):
-    lucidd, failopen = installed("lucidd"), installed("lucidd-failopen")
-    if not lucidd or not failopen:
+    lucidd, failopen, sampler = installed("lucidd"), installed("lucidd-failopen"), installed("lucidd-sampler")
+    if not lucidd or not failopen or not sampler:
         pytest.skip("lucidd console scripts not installed in this environment (pip install -e .)")
     for name in NAMES:
         text = (UNITS / name).read_text()
         text = re.sub(r"^ExecStart=/usr/local/bin/lucidd-failopen ", f"ExecStart={failopen} ", text, flags=re.M)
         text = re.sub(r"^ExecStart=/usr/local/bin/lucidd ", f"ExecStart={lucidd} ", text, flags=re.M)
+        text = re.sub(r"^ExecStart=/usr/local/bin/lucidd-sampler ", f"ExecStart={sampler} ", text, flags=re.M)
         if edit:
             text = edit(name, text)
         (tmp_path / name).write_text(text)
@@ -177,3 +178,15 @@ def test_units_parse_as_ini():
         cp.optionxform = str
         cp.read_string((UNITS / name).read_text())
         assert cp.sections()
+
+
+def test_sampler_service_settings():
+    """On a GPU node, as root (every user's processes), a notify service that a missing driver
+    (exit 3) or a bad config (exit 2) does not put in a restart loop, with the GPUs visible."""
+    u = unit("lucidd-sampler.service")
+    s = u["Service"]
+    assert one(u, "Service", "ExecStart") == "/usr/local/bin/lucidd-sampler --config /etc/lucidd/lucidd.toml"
+    assert one(u, "Service", "Type") == "notify" and one(u, "Service", "User") == "root"
+    assert set(one(u, "Service", "RestartPreventExitStatus").split()) == {"2", "3"}
+    assert "PrivateDevices" not in s and "ProtectProc" not in s  # /dev/nvidia*, other users' /proc
+    assert one(u, "Install", "WantedBy") == "multi-user.target"
