@@ -88,7 +88,22 @@ def status_data(cfg, store, now=None) -> dict:
                             "mean_jobs_overtaken": round(sum(jumped) / len(started), 3) if started else None},
         "models": [{"kind": m.kind, "version": m.version, "at": m.at, "decision": m.decision}
                    for m in store.model_versions(5)],
+        "gpu_samplers": _samplers(store, now),
     }
+
+
+def _samplers(store, now) -> dict:
+    """The NVML samplers seen through what they wrote: a node's last reading of a job. A node whose
+    GPUs ran no job for a while looks the same as a node whose sampler stopped."""
+    from .live.store import StoreError
+
+    try:
+        nodes = store.gpu_sampler_nodes()
+    except StoreError:  # a database from before schema 4
+        nodes = {}
+    recent = sorted(n for n, t in nodes.items() if now - t <= 600)
+    return {"nodes": len(nodes), "nodes_last_10_min": len(recent),
+            "last_reading_age_s": _age(max(nodes.values()), now) if nodes else None}
 
 
 def queue_data(cfg, store) -> dict:
@@ -206,6 +221,10 @@ def cmd_live(args) -> int:
             print(f"  last 7 days: Slurm started {oa['started']} ordered job(s), {oa['started_in_order']} in lucidd's "
                   f"order, {oa['started_ahead_of_higher_ranked']} ahead of a job lucidd ranked higher "
                   f"(backfill, other priority factors{', or no lucidd: dry-run' if d['dry_run'] else ''})")
+        gs = d["gpu_samplers"]
+        if gs["nodes"]:
+            print(f"  NVML samplers: {gs['nodes_last_10_min']} of {gs['nodes']} node(s) reported a job in the last "
+                  f"10 min (last reading {gs['last_reading_age_s']} s ago)")
         for e in d["recent_errors"]:
             print(f"  error at {_ts(e['at'])}: {e['error']}")
         return 0

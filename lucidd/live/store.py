@@ -426,6 +426,12 @@ class Store:
             return list(s.scalars(select(GpuProfileRow).where(GpuProfileRow.job_id == int(job_id))
                                   .order_by(GpuProfileRow.first_t, GpuProfileRow.node)))
 
+    def gpu_sampler_nodes(self) -> dict:
+        """node -> the last reading any of its runs has (the samplers' health, for `lucidctl status`)."""
+        with self.session() as s:
+            return {n: int(t) for n, t in s.execute(select(GpuProfileRow.node, func.max(GpuProfileRow.last_t))
+                                                    .group_by(GpuProfileRow.node))}
+
     def prune_gpu_profiles(self, before: int) -> None:
         with self.session() as s:
             s.execute(delete(GpuProfileRow).where(GpuProfileRow.last_t < int(before)))

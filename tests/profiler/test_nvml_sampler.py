@@ -246,3 +246,17 @@ def test_the_loop_reads_every_interval_and_keeps_the_watchdog_fed(tmp_path, proc
     svc.loop()
     assert svc.sampler.profiles[(101, "profiling")].samples == 4  # at 1000, 1025, 1050, 1075
     assert max(slept) <= 10.0  # slices, so a long interval never outlasts WatchdogSec
+
+
+def test_status_counts_the_nodes_whose_samplers_report(tmp_path, proc):
+    from lucidd.admin_cli import status_data
+
+    cfg = _cfg(tmp_path)
+    store = Store(cfg.database.url).create()
+    for node, t in (("gpu01", 9_000.0), ("gpu02", 10_000.0)):
+        c = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "sampler": {"node": node}})
+        svc = SamplerService(c, FakeNvml(node_gpus()), store, str(proc), clock=Clock(t), sleep=lambda s: None)
+        svc.start()
+        svc.step()
+    assert status_data(cfg, store, now=10_100.0)["gpu_samplers"] == {
+        "nodes": 2, "nodes_last_10_min": 1, "last_reading_age_s": 100.0}
