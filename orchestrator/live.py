@@ -142,11 +142,16 @@ def run_tprof(p, record) -> int:
 
 def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, profiling_gpus: int,
                    plan: Plan | None = None, skip=None, capacity=None, queued: dict | None = None,
-                   free: dict | None = None, lendable: tuple[int, int] = (0, 0), busy_nodes=()) -> Plan:
+                   free: dict | None = None, lendable: tuple[int, int] = (0, 0), busy_nodes=(),
+                   away_s: float | None = None) -> Plan:
     """One cycle's profiling decisions (plan.requeue, abandon, profile, release), as lucidd makes them.
 
     Tprof: a job running in profiling for >= Tprof is requeued; one that ran far past it while
-    lucidd was away (> Tprof + max(60 s, 3 intervals)) is left to finish there. Inbox: jobs that
+    lucidd was away (> Tprof + max(60 s, 3 intervals)) is left to finish there. `away_s`: seconds
+    since lucidd's last successful cycle, by a monotonic clock (None: the first cycle since lucidd
+    started, or a caller that cannot tell, as the simulator). Measured so, a run that seems far
+    past Tprof while lucidd has been cycling all along (the wall clock stepped forward, or the
+    requeue failed at earlier cycles) is requeued, not left. Inbox: jobs that
     may be profiled go to profiling least-GPUs-first while the GPUs held by profiling jobs (running
     or admitted, requeued ones excluded) stay within the capacity, strictly in that order; the rest
     wait for the next cycle, unless they waited more than `room_wait_s` (default 2 x Tprof; then,
@@ -219,9 +224,14 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
             limit = long_s
             if ran < long_s:  # requeued at this cycle, it holds no GPU past it: room for a younger run
                 long_used += j.gpus
-        if ran > limit + grace:
+        was_away = away_s is None or away_s > grace
+        if ran > limit + grace and was_away:
             plan.abandon.append((j.job_id, f"ran {ran} s in profiling, past Tprof {limit} s + {grace:g} s "
                                             "(lucidd was away): left to finish there"))
+        elif ran > limit + grace:
+            plan.requeue.append((j.job_id, f"ran {ran} s >= Tprof {limit} s in profiling without ending (by "
+                                            f"Slurm's clock; lucidd's last cycle was {away_s:.0f} s ago, so the "
+                                            "clock stepped or an earlier requeue failed)"))
         elif ran >= limit:
             plan.requeue.append((j.job_id, f"ran {ran} s >= Tprof {limit} s in profiling without ending"))
     # Inbox: least GPUs first into profiling while capacity lasts; the rest go to their partition.
@@ -382,7 +392,8 @@ class LucidDecider(Decider):
                               inp.records, inp.profiling_gpus, skip=self.skip_reason,
                               capacity=lambda queue_len: self.capacity(inp, queue_len),
                               queued=inp.queued if gate else None, free=inp.free_gpus if gate else None,
-                              lendable=(inp.lendable_gpus, inp.lendable_node_gpus), busy_nodes=inp.busy_nodes)
+                              lendable=(inp.lendable_gpus, inp.lendable_node_gpus), busy_nodes=inp.busy_nodes,
+                              away_s=getattr(inp, "away_s", None))
         now = inp.now
         # Main queues: Lucid's order as SiteFactor.
         if self.cfg.ordering.enabled:
@@ -441,7 +452,8 @@ class LucidDecider(Decider):
         decided = [j for j in inp.waiting if j.job_id in plan.site_factors and (
             inp.records.get(j.job_id) is None
             or inp.records[j.job_id].site_factor != plan.site_factors[j.job_id][0])]
-        return {"now": inp.now, "profiling_gpus": inp.profiling_gpus, "queued": dict(inp.queued),
+        return {"now": inp.now, "away_s": getattr(inp, "away_s", None), "profiling_gpus": inp.profiling_gpus,
+                "queued": dict(inp.queued),
                 "free_gpus": dict(inp.free_gpus),
                 "lendable": [inp.lendable_gpus, inp.lendable_node_gpus], "busy_nodes": sorted(inp.busy_nodes),
                 "config": {"tprof_s": self.cfg.profiler.tprof_s, "nprof_gpus": self.cfg.profiler.nprof_gpus,

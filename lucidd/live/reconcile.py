@@ -62,6 +62,9 @@ class DecisionInput:
     lendable_gpus: int = 0
     lendable_node_gpus: int = 0
     busy_nodes: frozenset = frozenset()  # profiling partition's nodes whose managed partitions someone waits in
+    # seconds (monotonic) since lucidd's last successful cycle; None in the first cycle after a start.
+    # Whether lucidd was away is measured here, not from Slurm's times: a clock step moves those.
+    away_s: float | None = None
 
 
 @dataclass
@@ -107,8 +110,11 @@ def load_decider(spec: str, config) -> Decider:
 
 class Reconciler:
     def __init__(self, config, backend: Backend, store: Store, decider: Decider, dry_run: bool = False,
-                 clock=time.time):
+                 clock=time.time, monotonic=time.monotonic):
         self.cfg = config
+        self.monotonic = monotonic
+        self._last_ok_mono = None  # monotonic time of the last successful cycle (DecisionInput.away_s)
+        self._away_s = None
         self.backend = backend
         self.store = store
         self.decider = decider
@@ -161,6 +167,8 @@ class Reconciler:
         t0, c0 = time.perf_counter(), time.process_time()
         calls_before = dict(self.backend.call_counts())
         row = CycleRow(started_at=self.clock(), dry_run=self.dry_run)
+        mono = self.monotonic()
+        self._away_s = None if self._last_ok_mono is None else mono - self._last_ok_mono
         try:
             snap = self.backend.snapshot()
             row.jobs = len(snap.jobs)
@@ -178,6 +186,7 @@ class Reconciler:
         self.store.add_cycle(row, self.cfg.daemon.record_cycles)  # StoreError propagates to the daemon
         if row.ok:
             self.store.set_meta("last_ok_cycle", f"{row.started_at:.3f}")
+            self._last_ok_mono = mono
         return row
 
     def _decide_and_apply(self, snap: ClusterSnapshot):
@@ -275,7 +284,7 @@ class Reconciler:
                     free[part] = max(free.get(part, 0), n.gpus - n.used)
         lend_gpus, lend_node, self._not_lendable, busy = self._lendable(snap, waiting)
         inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus, queued, free,
-                            lend_gpus, lend_node, busy)
+                            lend_gpus, lend_node, busy, away_s=self._away_s)
         plan = self.decider.decide(inp)
         plan.release.extend(direct)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).

@@ -320,6 +320,20 @@ def test_tprof_requeue_and_abandon(decider, ran, expect):
         assert "left to finish there" in plan.abandon[0][1]
 
 
+@pytest.mark.parametrize("away_s,expect", [(None, "abandon"), (10.0, "requeue"), (60.0, "requeue"), (61.0, "abandon")])
+def test_only_a_lucidd_that_was_away_leaves_a_run_far_past_tprof(decider, away_s, expect):
+    """Far past Tprof by Slurm's clock, but lucidd cycled 10 s ago (by its monotonic clock): the
+    wall clock stepped forward (NTP) or an earlier requeue failed. It was left to finish in
+    profiling, holding the GPUs, with a false reason ("lucidd was away")."""
+    from dataclasses import replace
+
+    j, r = prof_job(1, TPROF + 3600)
+    plan = decider.decide(replace(inp(profiling=[j], records={1: r}), away_s=away_s))
+    assert ids(getattr(plan, expect)) == [1]
+    if expect == "requeue":
+        assert "the clock stepped or an earlier requeue failed" in plan.requeue[0][1]
+
+
 def test_grace_grows_with_the_interval(tmp_path):
     d = LucidDecider(make_cfg(tmp_path, daemon={"interval_s": 100, "failopen_after_s": 300}))  # grace 300 s
     j, r = prof_job(1, TPROF + 300)

@@ -27,11 +27,13 @@ def cluster(tmp_path):
                                 "models": {"dir": str(tmp_path / "models")},
                                 "profiler": {"tprof_s": 600, **profiler}})
         clock = Clock()
+        clock.step = 0.0  # how far the wall clock was stepped (NTP) since the start
         slurm = MemSlurm(clock)
         store = Store(cfg.database.url).create()
 
         def lucidd():
-            return Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock)
+            # the monotonic clock follows the wall clock, except where a test steps the wall clock
+            return Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t - clock.step)
 
         return cfg, clock, slurm, store, lucidd
 
@@ -205,3 +207,34 @@ def test_a_move_slurm_made_but_reported_as_failed_is_explained(cluster):
     rec = lucidd()
     run_cycles(rec, clock, 10)
     assert "(PartitionConfig)" in store.job(91).profile_reason
+
+
+def test_a_clock_step_does_not_leave_a_profiling_run_behind(cluster):
+    """An NTP step of an hour made a profiling run 5 minutes old look an hour past Tprof: it was
+    left to finish in profiling "while lucidd was away", although lucidd had cycled all along."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False)  # profiled on an idle cluster
+    rec = lucidd()
+    slurm.submit(30, partition="main", gpus=1)
+    run_cycles(rec, clock, 10)
+    assert slurm.jobs[30].partition == "profiling"
+    slurm.start(30)
+    run_cycles(rec, clock, 300)
+    clock.t += 3600
+    clock.step += 3600
+    run_cycles(rec, clock, 10)
+    row = store.job(30)
+    assert row.profile in ("requeued", "released") and "the clock stepped" in row.profile_reason
+
+
+def test_a_run_far_past_tprof_after_lucidd_was_away_is_left_to_finish(cluster):
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False)  # profiled on an idle cluster
+    rec = lucidd()
+    slurm.submit(31, partition="main", gpus=1)
+    run_cycles(rec, clock, 10)
+    slurm.start(31)
+    run_cycles(rec, clock, 20)
+    clock.t += 7200  # lucidd stopped for two hours (its monotonic clock ran on too)
+    rec = lucidd()
+    run_cycles(rec, clock, 10)
+    row = store.job(31)
+    assert row.profile == "abandoned" and "lucidd was away" in row.profile_reason
