@@ -101,8 +101,7 @@ def _samplers(store, now) -> dict:
         nodes = store.gpu_sampler_nodes()
     except StoreError:  # a database from before schema 4
         nodes = {}
-    recent = sorted(n for n, t in nodes.items() if now - t <= 600)
-    return {"nodes": len(nodes), "nodes_last_10_min": len(recent),
+    return {"nodes": len(nodes), "nodes_last_10_min": sum(1 for t in nodes.values() if now - t <= 600),
             "last_reading_age_s": _age(max(nodes.values()), now) if nodes else None}
 
 

@@ -251,9 +251,8 @@ def _check_table(path, flag: str, layouts: list[tuple[str, tuple]]) -> None:
 
 def _check_args(args) -> None:
     """Range and consistency checks of every flag: one line naming the flag, before any work."""
-    from .experiment import known_policies
-
     from .cluster import MAX_NODES
+    from .experiment import known_policies
 
     _check_int(args, "nodes", lo=1, hi=MAX_NODES, what=" (nodes in the one VC)")
     _check_int(args, "gpus_per_node", lo=1, hi=64)
