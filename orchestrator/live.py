@@ -393,7 +393,7 @@ class LucidDecider(Decider):
                               capacity=lambda queue_len: self.capacity(inp, queue_len),
                               queued=inp.queued if gate else None, free=inp.free_gpus if gate else None,
                               lendable=(inp.lendable_gpus, inp.lendable_node_gpus), busy_nodes=inp.busy_nodes,
-                              away_s=getattr(inp, "away_s", None))
+                              away_s=inp.away_s)
         now = inp.now
         # Main queues: Lucid's order as SiteFactor.
         if self.cfg.ordering.enabled:
@@ -452,7 +452,7 @@ class LucidDecider(Decider):
         decided = [j for j in inp.waiting if j.job_id in plan.site_factors and (
             inp.records.get(j.job_id) is None
             or inp.records[j.job_id].site_factor != plan.site_factors[j.job_id][0])]
-        return {"now": inp.now, "away_s": getattr(inp, "away_s", None), "profiling_gpus": inp.profiling_gpus,
+        return {"now": inp.now, "away_s": inp.away_s, "profiling_gpus": inp.profiling_gpus,
                 "queued": dict(inp.queued),
                 "free_gpus": dict(inp.free_gpus),
                 "lendable": [inp.lendable_gpus, inp.lendable_node_gpus], "busy_nodes": sorted(inp.busy_nodes),

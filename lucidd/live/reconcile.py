@@ -114,7 +114,6 @@ class Reconciler:
         self.cfg = config
         self.monotonic = monotonic
         self._last_ok_mono = None  # monotonic time of the last successful cycle (DecisionInput.away_s)
-        self._away_s = None
         self.backend = backend
         self.store = store
         self.decider = decider
@@ -168,11 +167,11 @@ class Reconciler:
         calls_before = dict(self.backend.call_counts())
         row = CycleRow(started_at=self.clock(), dry_run=self.dry_run)
         mono = self.monotonic()
-        self._away_s = None if self._last_ok_mono is None else mono - self._last_ok_mono
+        away_s = None if self._last_ok_mono is None else mono - self._last_ok_mono
         try:
             snap = self.backend.snapshot()
             row.jobs = len(snap.jobs)
-            row.actions, recorded = self._decide_and_apply(snap)
+            row.actions, recorded = self._decide_and_apply(snap, away_s)
             row.recorded = json.dumps(recorded, default=str) if recorded and self.cfg.daemon.record_cycles else None
             row.ok = True
         except BackendError as exc:
@@ -189,7 +188,7 @@ class Reconciler:
             self._last_ok_mono = mono
         return row
 
-    def _decide_and_apply(self, snap: ClusterSnapshot):
+    def _decide_and_apply(self, snap: ClusterSnapshot, away_s: float | None = None):
         now = snap.now
         seen = {j.job_id: j for j in snap.jobs}
         records = self._open_records()
@@ -284,7 +283,7 @@ class Reconciler:
                     free[part] = max(free.get(part, 0), n.gpus - n.used)
         lend_gpus, lend_node, self._not_lendable, busy = self._lendable(snap, waiting)
         inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus, queued, free,
-                            lend_gpus, lend_node, busy, away_s=self._away_s)
+                            lend_gpus, lend_node, busy, away_s=away_s)
         plan = self.decider.decide(inp)
         plan.release.extend(direct)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
