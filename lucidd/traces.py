@@ -363,20 +363,7 @@ def _one_record_per_line(path: pathlib.Path, n_rows: int) -> bool:
 
 
 def _open_text(path: pathlib.Path):
-    suffix = path.suffix.lower()
-    if suffix == ".gz":
-        import gzip
-
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
-    if suffix == ".bz2":
-        import bz2
-
-        return bz2.open(path, "rt", encoding="utf-8-sig", newline="")
-    if suffix == ".xz":
-        import lzma
-
-        return lzma.open(path, "rt", encoding="utf-8-sig", newline="")
-    return open(path, encoding="utf-8-sig", newline="")
+    return io.TextIOWrapper(_open_binary(path), encoding="utf-8-sig", newline="")
 
 
 def _read_rows_slow(path: pathlib.Path, skip_bad_rows: bool, kw: dict):
