@@ -38,7 +38,7 @@ class SamplerService:
         self.stop_requested = False
         self.last_flush = self.last_prune = 0.0
         self.unsaved: list = []  # figures a failed write left, written with the next
-        self.created = False  # the tables made (or checked) once the database first answers
+        self.created = False  # its table made (or checked) once the database first answers
         self.notifier = Notifier()
 
     def start(self):
@@ -56,7 +56,7 @@ class SamplerService:
             return True
         try:
             if not self.created:
-                self.store.create()
+                self.store.create_gpu_profiles()
                 self.created = True
             self.store.save_gpu_profiles(list(changed.values()))
         except StoreError as exc:

@@ -411,6 +411,13 @@ class Store:
             s.execute(delete(HistoryRow).where(HistoryRow.end_time < int(before)))
 
     # -- GPU profiles (written by the NVML samplers on the GPU nodes) ------------------------------
+    def create_gpu_profiles(self):
+        """The samplers' one table, made if missing. Not `create()`: lucidd on the controller owns
+        the schema (its upgrades and version); a sampler on each GPU node must not run them."""
+        with self._guard("create gpu_profiles"):
+            GpuProfileRow.__table__.create(self.engine, checkfirst=True)
+        return self
+
     def save_gpu_profiles(self, profiles):
         """Upsert the sampler's per-run figures (profiler.nvml_sampler.JobGpuProfile)."""
         with self.session() as s:
