@@ -34,7 +34,13 @@ def test_a_profiling_runs_gpu_use_reaches_explain(clean_cluster, tmp_path, job_s
                                   and j["partition"] == "profiling"], 60, "the job to run in profiling")
     node = running[0]["nodes"]
     # the job's processes, as Slurm lists them (independent of how the sampler finds them)
-    pids = [int(line.split()[0]) for line in sh("scontrol", "listpids", str(job)).splitlines()[1:] if line.strip()]
+    # slurmd lists the batch step as pid -1 until slurmstepd has forked the script (seen in CI right
+    # after RUNNING), so wait for real pids.
+    def job_pids():
+        listed = [int(line.split()[0]) for line in sh("scontrol", "listpids", str(job)).splitlines()[1:]
+                  if line.strip()]
+        return listed if listed and all(p > 0 for p in listed) else []
+    pids = wait_until(job_pids, 30, "slurmd to list the job's processes")
     assert pids and all(job_of_pid(p) == (job, "profiling") for p in pids)
 
     gib = 1024 ** 3
