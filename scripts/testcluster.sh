@@ -154,9 +154,11 @@ start_mariadb() {
     mariadb-install-db --user=mysql --datadir="$d" --auth-root-authentication-method=socket >"$DIR/log/mysql-install.log" 2>&1
   fi
   mkdir -p "$DIR/run/mysqld"; chown mysql:mysql "$DIR/run/mysqld" 2>/dev/null || true
+  # no log flush per commit (test data): slurmdbd's writes keep pace with slurmctld on a slow disk
   mariadbd --user=mysql --datadir="$d" --bind-address=127.0.0.1 --port=$MYSQL_PORT \
     --socket="$DIR/run/mysqld/mysqld.sock" --pid-file="$DIR/run/mysqld/mysqld.pid" \
-    --log-error="$DIR/log/mysqld.log" --skip-name-resolve --innodb-buffer-pool-size=64M >/dev/null 2>&1 &
+    --log-error="$DIR/log/mysqld.log" --skip-name-resolve --innodb-buffer-pool-size=64M \
+    --innodb-flush-log-at-trx-commit=0 >/dev/null 2>&1 &
   wait_for 30 MariaDB mariadb --socket="$DIR/run/mysqld/mysqld.sock" -e 'select 1'
   # a fresh controller restarts job ids at 1: accounting from an earlier start would mix old jobs
   # into `sacct -j` of new ones with the same ids
@@ -218,8 +220,8 @@ start() {
   export_env
 }
 
-kill_pidfile() {  # kill_pidfile FILE [NAME]: only a live process whose command name matches NAME
-  local f=$1 name=${2:-}
+kill_pidfile() {  # kill_pidfile FILE [NAME [WAIT_S]]: only a live process whose command name matches NAME
+  local f=$1 name=${2:-} wait_s=${3:-5}
   [ -f "$f" ] || return 0
   local pid; pid=$(cat "$f" 2>/dev/null || true)
   # a stale PID file from an earlier machine session may name an unrelated process by now
@@ -228,7 +230,7 @@ kill_pidfile() {  # kill_pidfile FILE [NAME]: only a live process whose command 
   fi
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
     kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq $((wait_s * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
   fi
   rm -f "$f"
@@ -236,7 +238,7 @@ kill_pidfile() {  # kill_pidfile FILE [NAME]: only a live process whose command 
 
 stop() {
   for f in "$DIR"/run/slurmd-*.pid; do [ -e "$f" ] && kill_pidfile "$f" slurmd; done
-  kill_pidfile "$DIR/run/slurmctld.pid" slurmctld
+  kill_pidfile "$DIR/run/slurmctld.pid" slurmctld 30
   kill_pidfile "$DIR/run/slurmdbd.pid" slurmdbd
   kill_pidfile "$DIR/run/mysqld/mysqld.pid" mariadbd
   if [ -f "$DIR/pg/postmaster.pid" ]; then
@@ -266,7 +268,9 @@ pg_bin() { ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1; }
 
 case "${1:-}" in
   install) install_packages ;;
-  ctld-stop) kill_pidfile "$DIR/run/slurmctld.pid" slurmctld ;;     # for the restart tests
+  # 30 s: a loaded slurmctld saves its job state on SIGTERM; killed mid-save it would restart with
+  # jobs rolled back and their ids reused
+  ctld-stop) kill_pidfile "$DIR/run/slurmctld.pid" slurmctld 30 ;;     # for the restart tests
   ctld-start) start_ctld ;;
   pg-stop) runuser -u postgres -- "$(pg_bin)/pg_ctl" -D "$DIR/pg" -m fast -w stop >/dev/null ;;
   pg-start) runuser -u postgres -- "$(pg_bin)/pg_ctl" -D "$DIR/pg" -l "$DIR/pg/postgres.log" -w -t 30 \

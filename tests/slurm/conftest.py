@@ -46,13 +46,21 @@ def active_jobs() -> list[dict]:
 
 
 def wait_until(pred, timeout, what, step=0.5):
+    """Poll `pred` until it returns something true. A busy slurmctld can fail one query ("Socket
+    timed out", a cut-off --json), so a query that fails is retried like a false answer; the last
+    failure is in the timeout's message."""
     end = time.time() + timeout
+    last_error = None
     while time.time() < end:
-        v = pred()
+        try:
+            v = pred()
+        except (AssertionError, json.JSONDecodeError, subprocess.TimeoutExpired) as e:
+            v, last_error = None, e
         if v:
             return v
         time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}"
+                         + (f" (last query failed: {last_error})" if last_error else ""))
 
 
 @pytest.fixture
@@ -89,7 +97,7 @@ def sbatch(script, seconds, *opts, name="t", cwd=None) -> int:
     return int(out.strip().split(";")[0])
 
 
-def sacct_runs(job_ids, settle_s=20) -> dict:
+def sacct_runs(job_ids, settle_s=60) -> dict:
     """job_id -> list of runs [(partition, state, start)] from `sacct -D` (requeued runs first).
     slurmdbd lags slurmctld by a moment: wait until every job's last run is recorded as ended.
     A run cancelled before it started has no start; it can only be the last (a requeued run
@@ -104,8 +112,10 @@ def sacct_runs(job_ids, settle_s=20) -> dict:
             v.sort(key=lambda r: r[2] or math.inf)
         settled = all(j in runs and runs[j][-1][0] and runs[j][-1][1] not in ("RUNNING", "PENDING", "REQUEUED")
                       for j in job_ids)
-        if settled or time.time() > end:
+        if settled:
             return runs
+        if time.time() > end:  # slurmdbd far behind: say so, rather than fail later on a half-written record
+            raise AssertionError(f"sacct has not recorded the end of every job after {settle_s}s: {runs}")
         time.sleep(0.5)
 
 

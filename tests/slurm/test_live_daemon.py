@@ -40,7 +40,9 @@ def _until_tables(read):
 
 
 def test_profiling_route_skips_and_history(clean_cluster, tmp_path, job_script, lucidd_factory):
-    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
+    # Tprof 12 s, not 8: eight jobs start in one second on a 2-core CI machine, and a 2 s job must
+    # end well inside Tprof to count as a short one
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state", profiler={"tprof_s": 12})
     daemon = lucidd_factory(cfg).start()
     short = [sbatch(job_script, 2, f"--gres=gpu:{g}", name=f"short{g}") for g in (1, 2, 4)]
     long_main = sbatch(job_script, 20, "--gres=gpu:2", name="long-main")
@@ -291,12 +293,14 @@ def test_profiling_borrows_only_gpus_nobody_waits_for(clean_cluster, tmp_path, j
     def probe_job():
         return next((j for j in squeue() if j["job_id"] == probe), None)
 
-    wait_until(lambda: (j := probe_job()) is not None and j["partition"] == "profiling" and j["job_state"] == "RUNNING",
-               30, "the probe to run in profiling")
-    j = probe_job()
+    # the squeue record that showed it running (a second read could already see it requeued at Tprof)
+    j = wait_until(lambda: (j := probe_job()) is not None and j["partition"] == "profiling"
+                   and j["job_state"] == "RUNNING" and j, 30, "the probe to run in profiling")
     assert j["excluded_nodes"] == "gpu3,gpu4", j["excluded_nodes"]
     assert j["nodes"] in ("gpu1", "gpu2"), j["nodes"]
-    row = store.job(probe)
+    # lucidd saves its row just after Slurm has already started the job
+    row = wait_until(lambda: (r := store.job(probe)) is not None and r.profile != "pending" and r, 10,
+                     "lucidd to record the admission")
     assert row.profile == "admitted" and "nobody waits" in row.profile_reason, row.profile_reason
     # Tprof (8 s): requeued, then released to research with its ExcNodeList cleared
     wait_until(lambda: (j := probe_job()) is not None and j["partition"] == "research", 40, "the probe's release")

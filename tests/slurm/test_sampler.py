@@ -33,13 +33,20 @@ def test_a_profiling_runs_gpu_use_reaches_explain(clean_cluster, tmp_path, job_s
     running = wait_until(lambda: [j for j in active_jobs() if j["job_id"] == job and j["job_state"] == "RUNNING"
                                   and j["partition"] == "profiling"], 60, "the job to run in profiling")
     node = running[0]["nodes"]
-    # the job's processes, as Slurm lists them (independent of how the sampler finds them)
-    # slurmd lists the batch step as pid -1 until slurmstepd has forked the script (seen in CI right
-    # after RUNNING), so wait for real pids.
+    # the job's processes, as Slurm lists them (independent of how the sampler finds them). Right
+    # after RUNNING slurmd may not know the step yet (listpids fails), lists it as pid -1 (seen in
+    # CI), or lists a task not yet past slurmstepd's setup (its environment is still slurmstepd's);
+    # and the script's `$(date)` child lives for milliseconds. So: the node's list, every pid the
+    # job's, the same list twice in a row.
+    seen = []
+
     def job_pids():
-        listed = [int(line.split()[0]) for line in sh("scontrol", "listpids", str(job)).splitlines()[1:]
-                  if line.strip()]
-        return listed if listed and all(p > 0 for p in listed) else []
+        out = subprocess.run(["scontrol", "listpids", str(job), node], capture_output=True, text=True, timeout=60)
+        listed = sorted(int(line.split()[0]) for line in out.stdout.splitlines()[1:] if line.strip())
+        ok = out.returncode == 0 and listed and all(p > 0 and job_of_pid(p) == (job, "profiling") for p in listed)
+        seen.append(listed if ok else None)
+        return listed if ok and len(seen) > 1 and seen[-2] == listed else None
+
     pids = wait_until(job_pids, 30, "slurmd to list the job's processes")
     assert pids and all(job_of_pid(p) == (job, "profiling") for p in pids)
 
