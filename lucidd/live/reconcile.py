@@ -378,13 +378,14 @@ class Reconciler:
     def _unmovable_now(self, r: JobRow, error: str, now: int, changed: dict):
         """A job's move to its partition failed for good (say no such partition: job_submit.lua sent
         it to the inbox before Slurm could refuse it). It waits in the inbox, retried after 1 min,
-        doubling to 1 h, and the reason says what its owner can do."""
+        doubling to 1 h, and the reason says what an admin or its owner can do."""
         _until, delay = self._unmovable.get(r.job_id, (0, 0))
         delay = min(3600, max(60, 2 * delay))
         self._unmovable[r.job_id] = (now + delay, delay)
         r.profile_reason = (f"waits in {self.inbox}: Slurm refused to move it to {r.target_partition} ({error}); "
-                            f"retried in {delay} s. Its owner can `scontrol update jobid={r.job_id} "
-                            f"partition=<name>` or scancel it")
+                            f"retried in {delay} s. An admin can `scontrol update jobid={r.job_id} "
+                            f"partition=<name>` (job_submit.lua refuses a user's move out of {self.inbox}); "
+                            f"its owner can scancel it and submit it again")
         log.error("job %s: %s", r.job_id, r.profile_reason)
         changed[r.job_id] = r
 

@@ -150,7 +150,7 @@ def test_a_partition_that_does_not_exist_is_not_profiled_and_not_retried_every_c
         assert 1 <= len(moves) <= 80, len(moves)
         reason = store.job(jid).profile_reason
         assert "mian" in reason and f"scontrol update jobid={jid} partition=" in reason
-    # its owner fixes it: the job leaves the inbox and lucidd follows
+    # an admin fixes it: the job leaves the inbox and lucidd follows
     slurm.jobs[60].partition = "main"
     run_cycles(rec, clock, 20)
     assert store.job(60).phase == "released"
