@@ -57,7 +57,12 @@ def status_data(cfg, store, now=None) -> dict:
     hb = heartbeat_age(cfg.daemon.heartbeat_file, now)
     last_ok = store.get_meta("last_ok_cycle")
     dry = store.get_meta("dry_run") == "1"
-    healthy = last_ok is not None and now - float(last_ok) <= max(3 * cfg.daemon.interval_s, 30)
+    stopped_at = _float(store.get_meta("stopped_at"))
+    # healthy: a recent successful reconcile, never older than what makes lucidd-failopen act, and
+    # no orderly stop since
+    window = min(max(3 * cfg.daemon.interval_s, 30), cfg.daemon.failopen_after_s)
+    stopped = stopped_at is not None and (last_ok is None or stopped_at >= float(last_ok))
+    healthy = last_ok is not None and now - float(last_ok) <= window and not stopped
     errors = [{"at": c.started_at, "error": c.error} for c in cycles if not c.ok][:5]
     started = [r.started_ahead_of for r in store.started_jobs(since=now - 7 * 86400)]
     jumped = [v for v in started if v]
@@ -66,6 +71,7 @@ def status_data(cfg, store, now=None) -> dict:
         "dry_run": dry,
         "version": store.get_meta("version"),
         "started_at": _float(store.get_meta("started_at")),
+        "stopped_at": stopped_at if stopped else None,
         "config": cfg.path,
         "database": _redact(cfg.database.url),
         "last_cycle": None if last is None else {
@@ -205,7 +211,16 @@ def cmd_live(args) -> int:
             print(json.dumps(d, indent=2, default=str))
             return 0
         lc = d["last_cycle"] or {}
-        state = "healthy" if d["healthy"] else "NOT healthy (no recent successful reconcile)"
+        if d["healthy"]:
+            state = "healthy"
+        elif d["stopped_at"] is not None:
+            state = (f"STOPPED {_age(d['stopped_at'], time.time()):.0f} s ago (orderly stop: it gave its jobs back "
+                     f"and opened the inbox; Slurm schedules alone)")
+        elif d["heartbeat_age_s"] is None or d["heartbeat_age_s"] > d["failopen_after_s"]:
+            state = ("NOT running (no successful reconcile recently; lucidd-failopen opens the inbox once the "
+                     "heartbeat is older than failopen_after_s)")
+        else:
+            state = "NOT healthy (no recent successful reconcile)"
         print(f"lucidd {d['version'] or '?'}: {state}{' [dry-run]' if d['dry_run'] else ''}")
         print(f"  config {d['config']}, database {d['database']}")
         if lc:

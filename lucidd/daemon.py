@@ -5,7 +5,8 @@
 Every `[daemon] interval_s` it runs one reconcile (lucidd/live/reconcile.py): read Slurm, let the
 decider (Lucid) decide, apply only what changed, record why. `--once` runs a single reconcile and
 exits 0 (or 1 if the cycle failed); `--dry-run` is the shadow mode: the inbox is left alone and
-every decision is recorded but none is sent to Slurm.
+every decision is recorded but none is sent to Slurm. `--once --dry-run` is a check: one cycle,
+its decisions logged, nothing written to Slurm, lucidd's database, the heartbeat or the models.
 
 Exit codes: 0 done (orderly stop or --once ok), 1 a --once cycle failed, 2 bad config or
 command line (one line naming the key), 3 cannot start (no Slurm, database unreachable at start).
@@ -35,14 +36,17 @@ def _setup_logging(level: str):
 
 
 class Daemon:
-    def __init__(self, config, dry_run=False, backend=None, store=None, notifier=None, clock=time.time):
+    def __init__(self, config, dry_run=False, backend=None, store=None, notifier=None, clock=time.time,
+                 check=False):
         from .backends.slurm import make_backend
         from .live.notify import Notifier
         from .live.reconcile import Reconciler, load_decider
         from .live.store import Store
 
         self.cfg = config
-        self.dry_run = dry_run
+        # check (`--once --dry-run`): one cycle that writes nothing anywhere, not even lucidd's database
+        self.check = bool(check)
+        self.dry_run = dry_run or self.check
         self.clock = clock
         s = config.slurm
         self.backend = backend or make_backend("auto" if s.backend == "auto" else s.backend,
@@ -50,7 +54,8 @@ class Daemon:
         self.store = store or Store(config.database.url)
         self.notifier = notifier or Notifier()
         self.decider = load_decider(config.daemon.decider, config)
-        self.reconciler = Reconciler(config, self.backend, self.store, self.decider, dry_run=dry_run, clock=clock)
+        self.reconciler = Reconciler(config, self.backend, self.store, self.decider, dry_run=self.dry_run,
+                                     clock=clock)
         self.stop_requested = False
         self.db_down_since = None
         self.inbox_opened = False
@@ -60,7 +65,13 @@ class Daemon:
         from .live.store import StoreError
 
         try:
+            if self.check:
+                self._open_for_check()
+                log.info("lucidd %s check (--once --dry-run): one cycle, nothing written to Slurm or %s",
+                         __version__, _redact(self.cfg.database.url))
+                return
             self.store.create()
+            self._share_database_with_other_mode()
         except StoreError as exc:
             raise LucidError(f"cannot start: {exc}") from None
         self.store.set_meta("started_at", f"{self.clock():.3f}")
@@ -70,6 +81,54 @@ class Daemon:
         log.info("lucidd %s started%s: database %s, backend %s, every %gs", __version__,
                  " in dry-run (shadow) mode" if self.dry_run else "", _redact(self.cfg.database.url),
                  self.backend.name, self.cfg.daemon.interval_s)
+
+    def _open_for_check(self):
+        """Read lucidd's state as the running daemon left it and write none (ReadOnlyStore). A
+        database without lucidd's tables (never started) is read as an empty one, as a first start."""
+        import atexit
+        import os
+        import shutil
+        import tempfile
+
+        from .live.store import ReadOnlyStore, Store, StoreError, sqlite_file
+
+        path = sqlite_file(self.cfg.database.url)
+        has_state = not (path and not os.path.exists(path))
+        if has_state:
+            try:
+                has_state = self.store.get_meta("schema_version") is not None
+            except StoreError:
+                self.store.ping()  # unreachable: cannot start (raises); reachable: no tables yet
+                has_state = False
+        base = self.store
+        if not has_state:
+            tmp = tempfile.mkdtemp(prefix="lucidd-check-")
+            atexit.register(shutil.rmtree, tmp, True)
+            base = Store(f"sqlite:///{tmp}/check.db").create()
+            log.info("check: %s holds no lucidd state yet; deciding as a first start would",
+                     _redact(self.cfg.database.url))
+        self.store = self.reconciler.store = ReadOnlyStore(base)
+
+    def _share_database_with_other_mode(self):
+        """A live and a shadow (`--dry-run`) lucidd never share a database at the same time: the
+        live one would act on decisions the shadow recorded and never applied. A live start after
+        a shadow has stopped drops the shadow's open decisions and adopts the jobs from Slurm."""
+        last_mode = self.store.get_meta("dry_run")
+        if last_mode is None or (last_mode == "1") == self.dry_run:
+            return
+        other = "a shadow (--dry-run)" if last_mode == "1" else "a live"
+        last_ok = self.store.get_meta("last_ok_cycle")
+        d = self.cfg.daemon
+        recent_s = max(d.failopen_after_s, 3 * d.interval_s, 30.0)
+        if last_ok is not None and self.clock() - float(last_ok) < recent_s:
+            raise LucidError(
+                f"{other} lucidd ran a cycle on {_redact(self.cfg.database.url)} {self.clock() - float(last_ok):.0f} s "
+                f"ago: stop it first, or give this one its own [database] url (`lucidd --once --dry-run` checks a "
+                f"config without writing anything)")
+        if not self.dry_run:
+            n = self.store.forget_shadow_decisions()
+            log.warning("the database was last used by a shadow (--dry-run) lucidd: its %d open job record(s) "
+                        "were never applied to Slurm and are dropped; lucidd adopts those jobs as Slurm shows them", n)
 
     def run_once(self) -> bool:
         """One reconcile; False when it could not act (Slurm or database unavailable)."""
@@ -84,6 +143,8 @@ class Daemon:
                 self.db_down_since = None
                 self.store.create()
             row = self.reconciler.cycle()
+            if row.ok and self.check:
+                return True  # no heartbeat, no history, no model upkeep: a check writes nothing
             if row.ok:
                 if not self.dry_run:
                     touch_heartbeat(self.cfg.daemon.heartbeat_file)
@@ -118,7 +179,13 @@ class Daemon:
         from .live.reconcile import open_inbox
         from .backends.base import BackendError
 
+        from .live.store import StoreError
+
         self.notifier.stopping(reason)
+        try:
+            self.store.set_meta("stopped_at", f"{self.clock():.3f}")  # `lucidctl status` says STOPPED
+        except StoreError as exc:
+            log.warning("stop: could not record the stop in the database: %s", exc)
         if self.dry_run:
             return
         try:
@@ -165,14 +232,15 @@ def main(argv=None) -> int:
     p.add_argument("--config", required=True, help="TOML configuration file (keys: docs/config.md)")
     p.add_argument("--once", action="store_true", help="run a single reconcile and exit (0 ok, 1 failed)")
     p.add_argument("--dry-run", action="store_true",
-                   help="shadow mode: decide and record, change nothing in Slurm, leave the inbox alone")
+                   help="shadow mode: decide and record, change nothing in Slurm, leave the inbox alone; "
+                        "with --once, a check that writes nothing anywhere")
     p.add_argument("--version", action="version", version=f"lucidd {__version__}")
     args = p.parse_args(argv)
     cfg = _load_config_or_none("lucidd", args.config)
     if cfg is None:
         return 2
     try:
-        daemon = Daemon(cfg, dry_run=args.dry_run)
+        daemon = Daemon(cfg, dry_run=args.dry_run, check=args.once and args.dry_run)
         daemon.start()
     except ConfigError as exc:
         print(f"lucidd: config error: {exc}", file=sys.stderr)

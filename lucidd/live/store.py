@@ -452,6 +452,39 @@ class Store:
         with self.session() as s:
             return list(s.scalars(select(ModelVersionRow).order_by(ModelVersionRow.id.desc()).limit(limit)))
 
+    def forget_shadow_decisions(self) -> int:
+        """Drop what a shadow (`--dry-run`) lucidd recorded and never applied: every job record not
+        yet done and every dry-run action. A live lucidd starting on this database then adopts
+        those jobs as Slurm shows them. Returns the number of job records dropped."""
+        with self.session() as s:
+            n = s.execute(delete(JobRow).where(JobRow.phase != "done")).rowcount
+            s.execute(delete(ActionRow).where(ActionRow.status == "dry-run"))
+            return int(n or 0)
+
+
+class ReadOnlyStore:
+    """lucidd's database as a check run sees it (`lucidd --once --dry-run`): reads go to the
+    database, writes are dropped. A check must leave nothing a live lucidd would act on: a
+    check's "admitted to profiling" recorded in the live database once kept jobs in the DOWN
+    inbox, the live daemon believing they were on their way."""
+
+    WRITES = frozenset({"create", "set_meta", "save_jobs", "record_action", "record_actions", "add_cycle",
+                        "add_history", "prune_history", "create_gpu_profiles", "save_gpu_profiles",
+                        "prune_gpu_profiles", "add_model_version", "forget_shadow_decisions"})
+
+    def __init__(self, store: Store):
+        self._store = store
+        self.url = store.url
+
+    def __getattr__(self, name):
+        if name in self.WRITES:
+            return _dropped
+        return getattr(self._store, name)
+
+
+def _dropped(*_args, **_kw):
+    return None
+
 
 def redact(url: str) -> str:
     """A database URL without its password, for messages and logs."""

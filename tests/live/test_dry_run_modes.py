@@ -1,0 +1,143 @@
+"""`--dry-run` never leaves decisions a live lucidd would act on.
+
+Found on the test cluster by an admin's first trial (27 November 2026): `lucidd --once --dry-run`,
+the config check docs/config.md recommends before a restart, recorded "admitted to profiling" for a
+job in the live database; the live daemon then believed the job was on its way and left it in the
+DOWN inbox for good. Now a check (`--once --dry-run`) writes nothing, and a live and a shadow lucidd
+never share a database at the same time.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import pytest
+
+from lucidd.daemon import Daemon
+from lucidd.errors import LucidError
+from lucidd.live.config import config_from_dict
+from lucidd.live.store import ReadOnlyStore, Store
+
+from .memslurm import Clock, MemSlurm
+
+
+@pytest.fixture
+def setup(tmp_path):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path / "state"), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")},
+                            "profiler": {"tprof_s": 600, "skip_when_free": False}})
+    clock = Clock()
+    slurm = MemSlurm(clock)
+
+    def daemon(dry_run=False, check=False):
+        d = Daemon(cfg, dry_run=dry_run, check=check, backend=slurm, clock=clock)
+        d.start()
+        return d
+
+    return cfg, clock, slurm, daemon
+
+
+def _snapshot(url):
+    s = Store(url)
+    return ({j: (r.phase, r.profile) for j, r in s.jobs().items()},
+            [(a.key, a.status) for a in s.recent_actions(1000)],
+            len(s.last_cycles(1000)), s.get_meta("last_ok_cycle"), s.get_meta("dry_run"))
+
+
+def test_a_check_writes_nothing_and_the_live_daemon_still_profiles_the_job(setup):
+    cfg, clock, slurm, daemon = setup
+    live = daemon()
+    clock.t += 10
+    assert live.run_once()
+    slurm.submit(41, partition="main", gpus=1)
+    before = _snapshot(cfg.database.url)
+    clock.t += 1
+    check = daemon(dry_run=True, check=True)
+    assert check.run_once()
+    assert isinstance(check.store, ReadOnlyStore)
+    assert _snapshot(cfg.database.url) == before  # no job row, action, cycle or meta written
+    assert slurm.jobs[41].partition == "inbox" and not slurm.job_calls(41)  # nothing sent to Slurm
+    assert not slurm.inbox_up
+    clock.t += 9
+    live = daemon()  # restarted after the check, as the admin did: it reads its state from the database
+    assert live.run_once()
+    assert slurm.jobs[41].partition == "profiling"  # it acts on the job as if no check had run
+    assert Store(cfg.database.url).job(41).profile == "admitted"
+
+
+def test_a_check_on_a_database_lucidd_never_used_creates_nothing(setup, tmp_path):
+    cfg, clock, slurm, daemon = setup
+    path = cfg.database.url.removeprefix("sqlite:///")
+    slurm.submit(7, partition="main", gpus=2)
+    check = daemon(dry_run=True, check=True)
+    assert check.run_once()
+    assert not os.path.exists(path)
+    assert slurm.jobs[7].partition == "inbox" and not slurm.calls
+
+
+@pytest.mark.parametrize("first_dry", [False, True])
+def test_a_live_and_a_shadow_lucidd_never_run_on_one_database_at_once(setup, first_dry):
+    cfg, clock, slurm, daemon = setup
+    first = daemon(dry_run=first_dry)
+    clock.t += 10
+    assert first.run_once()
+    clock.t += 15
+    with pytest.raises(LucidError, match="stop it first"):
+        daemon(dry_run=not first_dry)
+    daemon(dry_run=first_dry)  # a restart in the same mode is always allowed
+    daemon(dry_run=True, check=True)  # and a check, which writes nothing
+
+
+def test_a_live_start_after_a_shadow_drops_its_open_decisions_and_adopts_the_jobs(setup):
+    cfg, clock, slurm, daemon = setup
+    shadow = daemon(dry_run=True)
+    slurm.submit(5, partition="main", gpus=1)
+    slurm.submit(6, partition="main", gpus=1)
+    clock.t += 10
+    assert shadow.run_once()
+    store = Store(cfg.database.url)
+    assert store.job(5) is not None
+    assert any(a.status == "dry-run" for a in store.recent_actions(100))
+    slurm.jobs[6].partition, slurm.jobs[6].state = "main", "COMPLETED"  # ended meanwhile
+    clock.t += 3600  # the shadow stopped an hour ago
+    live = daemon()
+    assert store.job(5) is None and not any(a.status == "dry-run" for a in store.recent_actions(100))
+    clock.t += 10
+    assert live.run_once()
+    assert slurm.jobs[5].partition == "profiling" and store.job(5).profile == "admitted"
+
+
+def test_the_read_only_store_drops_every_write_of_the_store():
+    reads = {"ping", "get_meta", "jobs", "open_jobs", "started_jobs", "job", "applied_keys", "actions_for",
+             "recent_actions", "last_cycles", "recorded_cycles", "history", "history_count", "gpu_profiles",
+             "gpu_sampler_nodes", "model_versions", "session"}
+    public = {n for n, _ in inspect.getmembers(Store, inspect.isfunction) if not n.startswith("_")}
+    # a new Store method must be classed here: a write that reached the database would break checks
+    assert public == reads | ReadOnlyStore.WRITES, sorted(public ^ (reads | ReadOnlyStore.WRITES))
+
+
+def test_status_says_stopped_after_an_orderly_stop_and_not_running_once_failopen_would_act(setup):
+    """`lucidctl status` said "healthy" 15 s after a kill -9 (fail-open after 10 s had already
+    opened the inbox) and after an orderly stop: its window was max(3 x interval, 30 s) alone."""
+    from lucidd.admin_cli import status_data
+
+    cfg, clock, slurm, daemon = setup
+    live = daemon()
+    clock.t += 10
+    assert live.run_once()
+    store = Store(cfg.database.url)
+    d = status_data(cfg, store, now=clock.t + 5)
+    assert d["healthy"] and d["stopped_at"] is None
+    # killed: no stop recorded; past failopen_after_s (60 s by default) it is not healthy
+    assert not status_data(cfg, store, now=clock.t + cfg.daemon.failopen_after_s + 1)["healthy"]
+    clock.t += 5
+    live.stop("lucidd stopped")
+    d = status_data(cfg, store, now=clock.t + 1)
+    assert not d["healthy"] and d["stopped_at"] == pytest.approx(clock.t)
+    assert slurm.inbox_up  # the stop gave the inbox back
+    restarted = daemon()
+    clock.t += 10
+    assert restarted.run_once()
+    d = status_data(cfg, store, now=clock.t + 1)
+    assert d["healthy"] and d["stopped_at"] is None
