@@ -263,8 +263,14 @@ def _profiler(row, art, policy: str) -> dict:
     elif not profiled:
         nprof = opts.get("nprof") or 8
         gpus = _num(row.get("gpu_num")) or 0
-        out["reason"] = (f"not profiled: {gpus} GPUs > Nprof {nprof}" if gpus > nprof
-                         else "not profiled (the profiler was off for this run)")
+        own = str(row.get("profile_reason") or "").strip()
+        off = opts.get("profiling") is False or opts.get("cprof") == 0
+        if own and own.lower() != "nan":  # the replay's own reason (lucidd's words), when it wrote one
+            out["reason"] = own
+        elif gpus > nprof:
+            out["reason"] = f"not profiled: {gpus} GPUs > Nprof {nprof}"
+        else:
+            out["reason"] = "not profiled (the profiler was off for this run)" if off else "not profiled"
     elif finished:
         out["reason"] = f"ran {_s(out['start'])} .. {_s(out['end'])} and finished inside Tprof={tprof} s"
     else:

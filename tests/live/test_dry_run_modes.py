@@ -141,3 +141,18 @@ def test_status_says_stopped_after_an_orderly_stop_and_not_running_once_failopen
     assert restarted.run_once()
     d = status_data(cfg, store, now=clock.t + 1)
     assert d["healthy"] and d["stopped_at"] is None
+
+
+def test_status_on_a_database_lucidd_never_used_says_so(tmp_path):
+    """It printed the database's own words (`relation "meta" does not exist`)."""
+    import argparse
+    import sqlite3
+
+    from lucidd.admin_cli import _open
+
+    db = tmp_path / "empty.db"
+    sqlite3.connect(db).execute("CREATE TABLE other (x INTEGER)").connection.commit()
+    cfg = tmp_path / "lucidd.toml"
+    cfg.write_text(f'[database]\nurl = "sqlite:///{db}"\n[daemon]\nstate_dir = "{tmp_path}"\n')
+    with pytest.raises(LucidError, match="has no lucidd state yet"):
+        _open(argparse.Namespace(config=str(cfg)))

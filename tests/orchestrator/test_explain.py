@@ -195,3 +195,12 @@ def test_explain_lucid_on_slurm(slurm_out, capsys):
     assert r["decision"]["role"] == "profiler" and r["profiler"]["finished"]
     backfilled = jobs[jobs["decision"].fillna("").str.contains("backfilled by Slurm")]
     assert len(backfilled)  # the sample queues: Slurm backfills some of lucidd's lower-ranked jobs
+
+
+def test_explain_gives_an_unprofiled_jobs_own_reason(slurm_out, capsys):
+    """It said "the profiler was off for this run" for a job lucidd chose not to profile."""
+    jobs = _jobs(slurm_out, "lucid")
+    skipped = jobs[~jobs["profiled"].astype(bool) & jobs["profile_reason"].notna()].iloc[0]
+    r = _explain_json(capsys, slurm_out, skipped["job_id"])
+    assert r["profiler"]["reason"] == skipped["profile_reason"]
+    assert "profiler was off" not in r["profiler"]["reason"]
