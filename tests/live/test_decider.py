@@ -111,7 +111,8 @@ def test_a_job_that_would_start_at_once_skips_profiling(tmp_path):
     x.queued, x.free_gpus = {}, {"main": 3}
     plan = d.decide(x)
     assert ids(plan.release) == [1] and ids(plan.profile) == [2]  # 4 GPUs do not fit on the 3 free
-    assert "nobody waits in main: it would start at once" in reasons(plan.release)[1]
+    assert "nobody waits in main and one of its nodes had" in reasons(plan.release)[1]
+    assert "it would start at once" in reasons(plan.release)[1]
     x.queued = {"main": 1}  # someone waits: both are profiled
     assert ids(d.decide(x).profile) == [1, 2]
     off = LucidDecider(make_cfg(tmp_path, profiler={"skip_when_free": False}))
