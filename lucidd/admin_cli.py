@@ -158,9 +158,15 @@ def explain_data(cfg, store, job_id) -> dict:
             continue
         story.append(f"{_ts(a.applied_at or a.created_at)} {a.kind} [{a.status}]: {a.reason}"
                      + (f" ({a.error})" if a.error else ""))
-    sfs = [a for a in actions if a.kind == "sitefactor"]
+    sfs = [a for a in actions if a.kind == "sitefactor" and a.status == "applied"]
     if sfs:
         story.append(f"SiteFactor set {len(sfs)} time(s), last {json.loads(sfs[-1].args).get('value')}: {sfs[-1].reason}")
+    # a shadow (--dry-run) lucidd's values, or a write Slurm refused: never in Slurm
+    unsent = [a for a in actions if a.kind == "sitefactor" and a.status != "applied"]
+    if unsent:
+        last = unsent[-1]
+        story.append(f"SiteFactor {json.loads(last.args).get('value')} not set in Slurm [{last.status}]"
+                     f"{f' ({last.error})' if last.error else ''}: {last.reason}")
     if r.start_time:
         story.append(f"started {_ts(r.start_time)} in {r.partition_ran or r.target_partition}")
     if r.phase == "done":
@@ -237,7 +243,11 @@ def cmd_live(args) -> int:
                   f"{lc['seconds'] * 1000:.0f} ms wall, {lc['cpu_seconds'] * 1000:.0f} ms CPU, {lc['jobs']} jobs, "
                   f"{lc['actions']} actions, Slurm calls {lc['slurm_calls']}")
             print(f"  reconcile latency p50 {d['cycle_seconds_p50']} s, max {d['cycle_seconds_max']} s (last 50)")
-        print(f"  heartbeat {d['heartbeat_age_s']} s old (fail-open after {d['failopen_after_s']:g} s)")
+        if d["heartbeat_age_s"] is not None:
+            print(f"  heartbeat {d['heartbeat_age_s']} s old (fail-open after {d['failopen_after_s']:g} s)")
+        else:
+            print(f"  no heartbeat file here ({'a dry run writes none' if d['dry_run'] else 'lucidd not run on this host'}"
+                  f"; fail-open after {d['failopen_after_s']:g} s)")
         print(f"  jobs by phase: {d['jobs_by_phase'] or 'none'}")
         oa = d["order_agreement"]
         if oa["started"]:

@@ -87,6 +87,8 @@ class LucidPolicy(Policy):
     def priority_text(self, job, now) -> str:
         """The job's sort value at `now`, as the decision text shows it."""
         size = _size(job)
+        if not job.gpu_num:  # estimate x 0 GPUs, floored at 1 GPU-s: ahead of every GPU job
+            return "priority 1 GPU-s, the least: it asks for no GPU"
         halflife = self.config.aging_halflife_s
         if not halflife or halflife <= 0:
             return f"priority {size:,.0f} GPU-s = estimate x GPUs"

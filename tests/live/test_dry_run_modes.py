@@ -156,3 +156,20 @@ def test_status_on_a_database_lucidd_never_used_says_so(tmp_path):
     cfg.write_text(f'[database]\nurl = "sqlite:///{db}"\n[daemon]\nstate_dir = "{tmp_path}"\n')
     with pytest.raises(LucidError, match="has no lucidd state yet"):
         _open(argparse.Namespace(config=str(cfg)))
+
+
+def test_explain_does_not_count_a_shadows_site_factor_as_set(setup):
+    """It printed "SiteFactor set 1 time(s)" for a value a dry run never sent to Slurm."""
+    from lucidd.admin_cli import explain_data
+    from lucidd.backends.base import LiveJob
+
+    cfg, clock, slurm, daemon = setup
+    shadow = daemon(dry_run=True)
+    for jid in (8, 9):  # pending in main, as a shadow sees jobs (no inbox)
+        slurm.jobs[jid] = LiveJob(jid, partition="main", gpus=8, submit_time=int(clock()))
+    clock.t += 10
+    assert shadow.run_once()
+    store = Store(cfg.database.url)
+    assert any(a.kind == "sitefactor" and a.status == "dry-run" for j in (8, 9) for a in store.actions_for(j))
+    story = " | ".join(explain_data(cfg, store, 9)["story"] + explain_data(cfg, store, 8)["story"])
+    assert "SiteFactor set" not in story and "not set in Slurm [dry-run]" in story, story

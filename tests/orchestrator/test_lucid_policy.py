@@ -168,3 +168,14 @@ def test_aging_counts_the_wait_from_the_original_submission():
     fresh = job("fresh", 1, 1_000, submit=7_200)
     key = LucidPolicy(LucidConfig(aging_halflife_s=3600)).pending_key
     assert sorted([fresh, requeued], key=key)[0].job_id == "requeued"  # waited 2 h: 3,000 / 4 < 1,000
+
+
+def test_priority_text_of_a_job_without_gpus_says_why_it_is_first():
+    """It read "priority 1 GPU-s = estimate x GPUs (estimate 5 s)" for a 0-GPU job."""
+    pol = LucidPolicy(LucidConfig())
+    j = Job(1, "a", 0, 0, 5, 1)
+    j.estimate = 5.0
+    assert pol.priority_text(j, 100) == "priority 1 GPU-s, the least: it asks for no GPU"
+    j8 = Job(2, "a", 8, 0, 5, 2)
+    j8.estimate = 5.0
+    assert "= estimate x GPUs" in pol.priority_text(j8, 100)
