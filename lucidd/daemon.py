@@ -176,9 +176,8 @@ class Daemon:
 
     def stop(self, reason="orderly stop"):
         """Release every job lucidd holds and open the inbox: Slurm schedules alone until lucidd is back."""
-        from .live.reconcile import open_inbox
         from .backends.base import BackendError
-
+        from .live.reconcile import open_inbox
         from .live.store import StoreError
 
         self.notifier.stopping(reason)
