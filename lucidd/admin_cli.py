@@ -96,6 +96,7 @@ def status_data(cfg, store, now=None) -> dict:
         "profiling": {"tprof_s": cfg.profiler.tprof_s, "nprof_gpus": cfg.profiler.nprof_gpus,
                       "enabled": cfg.profiler.enabled},
         "recent_errors": errors,
+        "jobs_needing_attention": _needing_attention(jobs),
         # How Slurm's starts compared with lucidd's order over the last 7 days (in --dry-run: what
         # Slurm did on its own against what lucidd would have done).
         "order_agreement": {"started": len(started), "started_in_order": len(started) - len(jumped),
@@ -105,6 +106,19 @@ def status_data(cfg, store, now=None) -> dict:
                    for m in store.model_versions(5)],
         "gpu_samplers": _samplers(store, now),
     }
+
+
+def _needing_attention(jobs: dict) -> list:
+    """Jobs lucidd can send nowhere they will run (a partition Slurm refuses, or one they may not
+    use): they wait until an admin or their owner acts, and only the log said so."""
+    from .live.reconcile import MAY_NEVER_START, REFUSED_MOVE
+
+    out = []
+    for r in jobs.values():
+        why = r.profile_reason or ""
+        if REFUSED_MOVE in why or MAY_NEVER_START in why:
+            out.append({"job_id": r.job_id, "user": r.user, "reason": why})
+    return sorted(out, key=lambda x: x["job_id"])
 
 
 def _samplers(store, now) -> dict:
@@ -260,6 +274,13 @@ def cmd_live(args) -> int:
                   f"10 min (last reading {gs['last_reading_age_s']} s ago)")
         for e in d["recent_errors"]:
             print(f"  error at {_ts(e['at'])}: {e['error']}")
+        stuck = d["jobs_needing_attention"]
+        if stuck:
+            print(f"  {len(stuck)} job(s) need an admin or their owner (`lucidctl explain job ID`):")
+            for x in stuck[:10]:
+                print(f"    job {x['job_id']} ({x['user'] or '?'}): {x['reason']}")
+            if len(stuck) > 10:
+                print(f"    ... and {len(stuck) - 10} more (--json lists all)")
         return 0
     if args.command == "queue":
         d = queue_data(cfg, store)

@@ -108,6 +108,12 @@ def load_decider(spec: str, config) -> Decider:
 
 # ----- the loop -----------------------------------------------------------------------------
 
+# Words of a reason that mean a job needs an admin (`lucidctl status` lists such jobs): lucidd can
+# move it nowhere it will run.
+REFUSED_MOVE = "Slurm refused to move it"
+MAY_NEVER_START = "Slurm may never start it"
+
+
 class Reconciler:
     def __init__(self, config, backend: Backend, store: Store, decider: Decider, dry_run: bool = False,
                  clock=time.time, monotonic=time.monotonic):
@@ -359,7 +365,7 @@ class Reconciler:
                 # Slurm 22.05 makes the move, then reports the job's limits check as an error: plain
                 # Slurm would have refused this job at submission
                 why = j.reason if j.reason in _CANNOT_RUN_THERE else f"it reported: {refused}"
-                r.profile_reason += (f"; Slurm may never start it in {j.partition} ({why}): its owner can "
+                r.profile_reason += (f"; {MAY_NEVER_START} in {j.partition} ({why}): its owner can "
                                      f"`scontrol update jobid={r.job_id} partition=<one it may use>` or scancel it")
         elif r.phase == "released" and j.partition == self.inbox and j.pending:
             r.phase, r.profile = "inbox", "skipped"
@@ -382,7 +388,7 @@ class Reconciler:
         _until, delay = self._unmovable.get(r.job_id, (0, 0))
         delay = min(3600, max(60, 2 * delay))
         self._unmovable[r.job_id] = (now + delay, delay)
-        r.profile_reason = (f"waits in {self.inbox}: Slurm refused to move it to {r.target_partition} ({error}); "
+        r.profile_reason = (f"waits in {self.inbox}: {REFUSED_MOVE} to {r.target_partition} ({error}); "
                             f"retried in {delay} s. An admin can `scontrol update jobid={r.job_id} "
                             f"partition=<name>` (job_submit.lua refuses a user's move out of {self.inbox}); "
                             f"its owner can scancel it and submit it again")

@@ -150,10 +150,15 @@ def test_a_partition_that_does_not_exist_is_not_profiled_and_not_retried_every_c
         assert 1 <= len(moves) <= 80, len(moves)
         reason = store.job(jid).profile_reason
         assert "mian" in reason and f"scontrol update jobid={jid} partition=" in reason
+    # `lucidctl status` lists them (it was only in the log)
+    from lucidd.admin_cli import status_data
+
+    assert [x["job_id"] for x in status_data(cfg, store, now=clock.t)["jobs_needing_attention"]] == [60, 61]
     # an admin fixes it: the job leaves the inbox and lucidd follows
     slurm.jobs[60].partition = "main"
     run_cycles(rec, clock, 20)
     assert store.job(60).phase == "released"
+    assert [x["job_id"] for x in status_data(cfg, store, now=clock.t)["jobs_needing_attention"]] == [61]
     # fail-open still tries, and opens the inbox whatever happens to job 61
     lines = open_inbox(slurm, cfg, "test")
     assert slurm.inbox_up and any("61" in line for line in lines)
@@ -199,6 +204,9 @@ def test_a_move_slurm_made_but_reported_as_failed_is_explained(cluster):
     row = store.job(90)
     assert row.phase == "released" and "configuration not available" in row.profile_reason
     assert "scontrol update jobid=90 partition=" in row.profile_reason
+    from lucidd.admin_cli import status_data
+
+    assert [x["job_id"] for x in status_data(cfg, store, now=clock.t)["jobs_needing_attention"]] == [90]
     # the same when Slurm's pending reason is all lucidd has (the move made by a lucidd now restarted)
     slurm.submit(91, partition="main", gpus=0)
     slurm.fail[("move", 91)] = ("Requested partition configuration not available now", False, True)
