@@ -29,23 +29,13 @@ def _open(args):
         raise LucidError(f"{path}: no lucidd database at {db_file} (has lucidd run with this config?)")
     store = Store(cfg.database.url)
     try:
-        store.ping()
-        if store.get_meta("schema_version") is None:
+        if not store.has_state():
             raise LucidError(f"{path}: database {_redact(store.url)} has no lucidd state yet (has lucidd run with this config?)")
     except StoreError as exc:
-        if _no_tables(str(exc)):  # reachable, but lucidd never created its tables there
-            raise LucidError(f"{path}: database {_redact(store.url)} has no lucidd state yet "
-                             f"(has lucidd run with this config?)") from None
         raise LucidError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - e.g. tables missing: lucidd never ran there
         raise LucidError(f"{path}: database has no lucidd state yet ({type(exc).__name__})") from None
     return cfg, store
-
-
-def _no_tables(message: str) -> bool:
-    """The database's words for a missing table (PostgreSQL, SQLite, MySQL/MariaDB)."""
-    m = message.lower()
-    return ("does not exist" in m and "relation" in m) or "no such table" in m or "doesn't exist" in m
 
 
 def _age(t, now):

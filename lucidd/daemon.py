@@ -86,22 +86,13 @@ class Daemon:
         """Read lucidd's state as the running daemon left it and write none (ReadOnlyStore). A
         database without lucidd's tables (never started) is read as an empty one, as a first start."""
         import atexit
-        import os
         import shutil
         import tempfile
 
-        from .live.store import ReadOnlyStore, Store, StoreError, sqlite_file
+        from .live.store import ReadOnlyStore, Store
 
-        path = sqlite_file(self.cfg.database.url)
-        has_state = not (path and not os.path.exists(path))
-        if has_state:
-            try:
-                has_state = self.store.get_meta("schema_version") is not None
-            except StoreError:
-                self.store.ping()  # unreachable: cannot start (raises); reachable: no tables yet
-                has_state = False
         base = self.store
-        if not has_state:
+        if not self.store.has_state():  # StoreError (unreachable): cannot start
             tmp = tempfile.mkdtemp(prefix="lucidd-check-")
             atexit.register(shutil.rmtree, tmp, True)
             base = Store(f"sqlite:///{tmp}/check.db").create()

@@ -265,7 +265,7 @@ def _profiler(row, art, policy: str) -> dict:
         gpus = _num(row.get("gpu_num")) or 0
         own = str(row.get("profile_reason") or "").strip()
         off = opts.get("profiling") is False or opts.get("cprof") == 0
-        if own and own.lower() != "nan":  # the replay's own reason (lucidd's words), when it wrote one
+        if own:  # the replay's own reason (lucidd's words), when it wrote one (_read_jobs keeps "" empty)
             out["reason"] = own
         elif gpus > nprof:
             out["reason"] = f"not profiled: {gpus} GPUs > Nprof {nprof}"

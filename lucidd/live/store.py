@@ -247,6 +247,19 @@ class Store:
                 with s.begin():
                     yield s
 
+    def has_state(self) -> bool:
+        """Whether lucidd has made its tables here. False for a database it never used (and, for
+        SQLite, without creating the file by looking); StoreError when it cannot be reached."""
+        from sqlalchemy import inspect
+
+        path = sqlite_file(self.url)
+        if path is not None and not os.path.exists(path):
+            return False
+        with self._guard("inspect"):
+            if not inspect(self.engine).has_table(MetaRow.__tablename__):
+                return False
+        return self.get_meta("schema_version") is not None
+
     def ping(self):
         with self._guard("ping"):
             with self.engine.connect() as c:
@@ -474,7 +487,6 @@ class ReadOnlyStore:
 
     def __init__(self, store: Store):
         self._store = store
-        self.url = store.url
 
     def __getattr__(self, name):
         if name in self.WRITES:
