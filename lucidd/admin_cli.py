@@ -29,12 +29,13 @@ def _open(args):
         raise LucidError(f"{path}: no lucidd database at {db_file} (has lucidd run with this config?)")
     store = Store(cfg.database.url)
     try:
-        if not store.has_state():
-            raise LucidError(f"{path}: database {_redact(store.url)} has no lucidd state yet (has lucidd run with this config?)")
+        has_state = store.has_state()
     except StoreError as exc:
         raise LucidError(str(exc)) from None
-    except Exception as exc:  # noqa: BLE001 - e.g. tables missing: lucidd never ran there
+    except Exception as exc:  # noqa: BLE001 - a driver error outside SQLAlchemy's
         raise LucidError(f"{path}: database has no lucidd state yet ({type(exc).__name__})") from None
+    if not has_state:  # raised inside the try it was caught above and lost its URL
+        raise LucidError(f"{path}: database {_redact(store.url)} has no lucidd state yet (has lucidd run with this config?)")
     return cfg, store
 
 
@@ -233,8 +234,9 @@ def cmd_live(args) -> int:
         if d["healthy"]:
             state = "healthy"
         elif d["stopped_at"] is not None:
-            state = (f"STOPPED {_age(d['stopped_at'], time.time()):.0f} s ago (orderly stop: it gave its jobs back "
-                     f"and opened the inbox; Slurm schedules alone)")
+            state = (f"STOPPED {_age(d['stopped_at'], time.time()):.0f} s ago ("
+                     + ("a shadow: it changed nothing in Slurm" if d["dry_run"] else
+                        "orderly stop: it gave its jobs back and opened the inbox; Slurm schedules alone") + ")")
         elif d["heartbeat_age_s"] is None or d["heartbeat_age_s"] > d["failopen_after_s"]:
             state = ("NOT running (no successful reconcile recently; lucidd-failopen opens the inbox once the "
                      "heartbeat is older than failopen_after_s)")

@@ -154,7 +154,7 @@ def test_status_on_a_database_lucidd_never_used_says_so(tmp_path):
     sqlite3.connect(db).execute("CREATE TABLE other (x INTEGER)").connection.commit()
     cfg = tmp_path / "lucidd.toml"
     cfg.write_text(f'[database]\nurl = "sqlite:///{db}"\n[daemon]\nstate_dir = "{tmp_path}"\n')
-    with pytest.raises(LucidError, match="has no lucidd state yet"):
+    with pytest.raises(LucidError, match=r"database sqlite:///\S+ has no lucidd state yet \(has lucidd run"):
         _open(argparse.Namespace(config=str(cfg)))
 
 
