@@ -102,14 +102,15 @@ def status_data(cfg, store, now=None) -> dict:
 def _needing_attention(jobs: dict) -> list:
     """Jobs lucidd can send nowhere they will run (a partition Slurm refuses, or one they may not
     use): they wait until an admin or their owner acts, and only the log said so."""
+    return sorted(({"job_id": r.job_id, "user": r.user, "reason": r.profile_reason}
+                   for r in jobs.values() if _needs_attention(r)), key=lambda x: x["job_id"])
+
+
+def _needs_attention(r) -> bool:
     from .live.reconcile import MAY_NEVER_START, REFUSED_MOVE
 
-    out = []
-    for r in jobs.values():
-        why = r.profile_reason or ""
-        if REFUSED_MOVE in why or MAY_NEVER_START in why:
-            out.append({"job_id": r.job_id, "user": r.user, "reason": why})
-    return sorted(out, key=lambda x: x["job_id"])
+    why = r.profile_reason or ""
+    return REFUSED_MOVE in why or MAY_NEVER_START in why
 
 
 def _samplers(store, now) -> dict:
@@ -137,11 +138,35 @@ def queue_data(cfg, store) -> dict:
     }
 
 
+def queue_text(d: dict) -> list:
+    """`lucidctl queue` as text lines, from `queue_data`'s dict."""
+    inbox = [r for r in d["inbox"] if not r["needs_attention"]]
+    held = [r for r in d["inbox"] if r["needs_attention"]]
+    groups = [("waiting for profiling (inbox)", inbox), ("in profiling", d["profiling"]),
+              ("pending in lucidd's order", d["pending"])]
+    if held:  # not waiting for lucidd: Slurm refuses the partition lucidd would send them to
+        groups.insert(1, ("held in the inbox: Slurm refuses their partition (an admin or the owner must act)", held))
+    lines = []
+    for title, rows in groups:
+        lines.append(f"{title}: {len(rows)}")
+        for r in rows:
+            est = "" if r["estimate_s"] is None else f" est {r['estimate_s']:,.0f}s"
+            rank = "" if r["rank"] is None else f"#{r['rank']} "
+            lines.append(f"  {rank}{r['job_id']:>8} {r['partition']:<12} {r['gpus']:>3} GPU {r['user']:<10}{est}  "
+                         f"{r['reason']}")
+            if r["attention_reason"] and r["attention_reason"] != r["reason"]:
+                lines.append(f"  {'':>8} ! {r['attention_reason']}")
+    return lines
+
+
 def _brief(r) -> dict:
     return {"job_id": r.job_id, "user": r.user, "name": r.name, "gpus": r.gpus, "partition": r.target_partition,
             "phase": r.phase, "profile": r.profile, "submitted": r.original_submit, "estimate_s": r.estimate_s,
             "estimate_source": r.estimate_source, "site_factor": r.site_factor, "rank": r.queue_rank,
-            "reason": r.order_reason if r.phase == "released" else r.profile_reason}
+            "reason": r.order_reason if r.phase == "released" else r.profile_reason,
+            # a partition Slurm refuses or one the job may not use: it waits until an admin or its owner acts
+            "needs_attention": _needs_attention(r),
+            "attention_reason": r.profile_reason if _needs_attention(r) else None}
 
 
 def explain_data(cfg, store, job_id) -> dict:
@@ -279,15 +304,7 @@ def cmd_live(args) -> int:
         if args.json:
             print(json.dumps(d, indent=2, default=str))
             return 0
-        for title, key in (("waiting for profiling (inbox)", "inbox"), ("in profiling", "profiling"),
-                           ("pending in lucidd's order", "pending")):
-            rows = d[key]
-            print(f"{title}: {len(rows)}")
-            for r in rows:
-                est = "" if r["estimate_s"] is None else f" est {r['estimate_s']:,.0f}s"
-                rank = "" if r["rank"] is None else f"#{r['rank']} "
-                print(f"  {rank}{r['job_id']:>8} {r['partition']:<12} {r['gpus']:>3} GPU {r['user']:<10}{est}  "
-                      f"{r['reason']}")
+        print("\n".join(queue_text(d)))
         return 0
     d = explain_data(cfg, store, args.id)
     if args.json:

@@ -154,6 +154,14 @@ def test_a_partition_that_does_not_exist_is_not_profiled_and_not_retried_every_c
     from lucidd.admin_cli import status_data
 
     assert [x["job_id"] for x in status_data(cfg, store, now=clock.t)["jobs_needing_attention"]] == [60, 61]
+    # `lucidctl queue` does not show them as waiting for profiling: they wait for an admin
+    from lucidd.admin_cli import queue_data, queue_text
+
+    q = queue_data(cfg, store)
+    assert [(r["job_id"], r["needs_attention"]) for r in q["inbox"]] == [(61, True), (60, True)]
+    assert all("mian" in r["attention_reason"] for r in q["inbox"])
+    text = queue_text(q)
+    assert text[0] == "waiting for profiling (inbox): 0" and text[1].startswith("held in the inbox: Slurm refuses"), text
     # an admin fixes it: the job leaves the inbox and lucidd follows
     slurm.jobs[60].partition = "main"
     run_cycles(rec, clock, 20)
@@ -207,6 +215,12 @@ def test_a_move_slurm_made_but_reported_as_failed_is_explained(cluster):
     from lucidd.admin_cli import status_data
 
     assert [x["job_id"] for x in status_data(cfg, store, now=clock.t)["jobs_needing_attention"]] == [90]
+    from lucidd.admin_cli import queue_data, queue_text
+
+    (pending,) = [r for r in queue_data(cfg, store)["pending"] if r["job_id"] == 90]
+    assert pending["needs_attention"] and "configuration not available" in pending["attention_reason"]
+    assert any(line.lstrip().startswith("! ") and "configuration not available" in line
+               for line in queue_text(queue_data(cfg, store)))
     # the same when Slurm's pending reason is all lucidd has (the move made by a lucidd now restarted)
     slurm.submit(91, partition="main", gpus=0)
     slurm.fail[("move", 91)] = ("Requested partition configuration not available now", False, True)
