@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import time
 
@@ -130,12 +131,24 @@ def queue_data(cfg, store) -> dict:
     jobs = store.open_jobs()
     waiting = [r for r in jobs.values() if r.phase == "released" and r.start_time is None]
     waiting.sort(key=lambda r: (r.target_partition, -(r.site_factor or 0), r.job_id))
+    # Ranks as of now: the rank saved with a SiteFactor is that of the cycle that set the value (a
+    # value is written only when it changes), and jobs ahead of it have started since.
+    pending, by_part = [], {}
+    for r in waiting:
+        b = _brief(r)
+        if r.site_factor is not None:
+            b["rank"] = by_part[r.target_partition] = by_part.get(r.target_partition, 0) + 1
+            b["reason"] = _RANK_PREFIX.sub("", b["reason"] or "")
+        pending.append(b)
     return {
         "inbox": [_brief(r) for r in sorted(jobs.values(), key=lambda r: (r.gpus, r.job_id)) if r.phase == "inbox"],
         "profiling": [_brief(r) for r in sorted(jobs.values(), key=lambda r: r.job_id)
                       if r.phase in ("profiling", "requeued")],
-        "pending": [_brief(r) for r in waiting],
+        "pending": pending,
     }
+
+
+_RANK_PREFIX = re.compile(r"^rank \d+ in \S+: ")  # orchestrator.live's order reason starts so
 
 
 def queue_text(d: dict) -> list:

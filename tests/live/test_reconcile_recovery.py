@@ -260,3 +260,25 @@ def test_a_run_far_past_tprof_after_lucidd_was_away_is_left_to_finish(cluster):
     run_cycles(rec, clock, 10)
     row = store.job(31)
     assert row.profile == "abandoned" and "lucidd was away" in row.profile_reason
+
+
+def test_queue_ranks_are_those_of_now_not_of_when_the_site_factor_was_set(cluster):
+    """A SiteFactor (and the rank saved with it) is written only when the value changes, so after
+    the jobs ahead of a job started, `lucidctl queue` showed ranks such as #3 for the first job."""
+    from lucidd.admin_cli import queue_data
+
+    cfg, clock, slurm, store, lucidd = cluster(enabled=False)
+    for node in slurm.nodes.values():
+        node.used = node.gpus  # full: every job pends in main
+    rec = lucidd()
+    for jid, gpus in ((1, 1), (2, 2), (3, 4)):
+        slurm.submit(jid, partition="main", gpus=gpus)
+    run_cycles(rec, clock, 30)
+    assert [(r["job_id"], r["rank"]) for r in queue_data(cfg, store)["pending"]] == [(1, 1), (2, 2), (3, 3)]
+    assert store.job(3).queue_rank == 3
+    slurm.start(1)
+    slurm.start(2)
+    run_cycles(rec, clock, 30)
+    (only,) = queue_data(cfg, store)["pending"]
+    assert only["job_id"] == 3 and only["rank"] == 1
+    assert not only["reason"].startswith("rank ")  # the saved "rank 3 in main: ..." is not repeated
