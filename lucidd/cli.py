@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="a waiting job's priority value (estimate x GPUs) halves every this many seconds "
                             "(default: lucid 0 = no aging, as lucidd ships; lucid-standalone 172800 = 48 h; "
                             "0: no aging)")
+    lucid.add_argument("--config", metavar="LUCIDD_TOML",
+                       help="replay lucid with this lucidd config's [profiler] and [ordering] keys and [daemon] "
+                            "interval_s (the flags above override it; default: lucidd's defaults)")
     s.add_argument("--skip-bad-rows", action="store_true", help="drop malformed trace rows (counted and reported) instead of failing")
     s.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -112,7 +115,17 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8; 1-64)")
     t.add_argument("--start", help="replay jobs submitted at/after this (earlier jobs only train the models)")
     t.add_argument("--end", help="replay jobs submitted before this")
-    t.add_argument("--reference", default="tiresias", help="the policy to beat without a worse tail (default tiresias)")
+    t.add_argument("--reference", default="slurm",
+                   help="the policy the cluster runs today, to beat without a worse tail (default slurm: Slurm's "
+                        "priority with backfill)")
+    t.add_argument("--variant", choices=["lucid", "lucid-standalone"], default="lucid",
+                   help="the Lucid tuned: lucid (as lucidd runs it on Slurm; proposes lucidd.toml keys, default) "
+                        "or lucid-standalone (the paper's engine and its knobs)")
+    t.add_argument("--config", metavar="LUCIDD_TOML",
+                   help="lucidd config whose [profiler]/[ordering] values are the current ones (default: lucidd's "
+                        "defaults; the flags below override it)")
+    t.add_argument("--min-gain", type=float, default=0.01,
+                   help="share by which a new value must lower the average JCT to be proposed (default 0.01 = 1%%)")
     t.add_argument("--tail-slack", type=float, default=0.0,
                    help="allowed relative excess of p99.9/avg queue over the reference (default 0.0; e.g. 0.05 = 5%%)")
     t.add_argument("--workers", type=int, help="parallel replays (default: up to 4 CPUs; >= 1)")
@@ -278,6 +291,10 @@ def _check_args(args) -> None:
     if args.nodes is not None and args.vc_config:
         raise ConfigError(f"--nodes {args.nodes} and --vc-config {args.vc_config}: give one of them "
                           "(--nodes makes one VC of that many nodes, --vc-config lists the VCs)")
+    gain = getattr(args, "min_gain", None)
+    if gain is not None and not (math.isfinite(gain) and 0 <= gain < 1):
+        raise ConfigError(f"--min-gain {gain}: must be from 0 to below 1 (a fraction: 0.01 asks a change for 1 % "
+                          "lower average JCT)")
     slack = getattr(args, "tail_slack", None)
     if slack is not None and not (math.isfinite(slack) and 0 <= slack <= 10):
         raise ConfigError(f"--tail-slack {slack}: must be from 0 to 10 (a fraction: 0.05 allows 5 % more "
@@ -290,6 +307,10 @@ def _check_args(args) -> None:
         raise ConfigError(f"--trace {args.trace}: file not found")
     if getattr(args, "estimates", None) and not os.path.isfile(args.estimates):
         raise ConfigError(f"--estimates {args.estimates}: file not found")
+    if getattr(args, "config", None):  # read whole before any replay: a bad key fails here, not after the trace
+        from .live.config import load_config
+
+        load_config(args.config)
     if args.vc_config and not os.path.isfile(args.vc_config):
         raise ConfigError(f"--vc-config {args.vc_config}: file not found")
     if args.colocation:
@@ -367,9 +388,11 @@ def _experiment_from_args(args, what: str):
     exp = make_experiment(loaded, vc_config=vc_config, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                           estimates_path=getattr(args, "estimates", None), prior=prior,
                           scale_nodes=getattr(args, "scale_nodes", None))
+    if getattr(args, "config", None):  # a lucidd.toml: its values first, then the flags given
+        exp.options.update(_options_of_lucidd_config(args.config, exp))
     exp.options.update({k: getattr(args, k) for k in ("colocation", "profiles", "tprof", "cprof", "nprof", "gss",
                                                        "starvation_s", "aging_halflife_s", "starving_halflife_s")
-                        if getattr(args, k, None) is not None or k != "starving_halflife_s"})
+                        if getattr(args, k, None) is not None})
     exp.options["limit_rule"] = getattr(args, "limit_rule", None)  # the slurm baseline's time limits
     if getattr(args, "long_tprof_s", None) is not None:  # lucidd's [profiler] keys, for `lucid`
         exp.options["prof_long_tprof"] = args.long_tprof_s
@@ -377,6 +400,23 @@ def _experiment_from_args(args, what: str):
         exp.options["prof_lend"] = 0
     _check_cluster_args(args, exp)
     return loaded, exp
+
+
+def _options_of_lucidd_config(path: str, exp) -> dict:
+    """The replay options of a lucidd config file (its [profiler] and [ordering] keys, [daemon]
+    interval_s), checked as lucidd checks them."""
+    from orchestrator.slurm_mode import options_from_config
+
+    from .live.config import load_config
+
+    opts = options_from_config(load_config(path))
+    interval = opts["interval_s"]
+    if interval < 1 or interval != int(interval):  # the replay runs cycles at whole seconds
+        opts["interval_s"] = float(max(1, round(interval)))
+        exp.notes.append(f"{path}: [daemon] interval_s {interval:g} replayed as {opts['interval_s']:g} s "
+                         "(the replay's cycles are whole seconds)")
+    exp.notes.append(f"lucid replays the [profiler], [ordering] and interval_s of {path}")
+    return opts
 
 
 def cmd_simulate(args) -> int:
@@ -455,10 +495,13 @@ def cmd_tune(args) -> int:
     if not args.json:
         print(f"replaying {loaded.report()}")
         print(f"cluster: {exp.spec.describe()}")
+        for note in exp.notes:
+            print(f"note: {note}")
         print(flush=True)
     log = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr))
-    proposal = Tuner(exp, reference_policy=args.reference, tail_slack=args.tail_slack, workers=args.workers,
-                     log=log, jitter_seeds=args.jitter_seeds, jitter_s=args.jitter_s).run()
+    proposal = Tuner(exp, reference_policy=args.reference, variant=args.variant, tail_slack=args.tail_slack,
+                     workers=args.workers, log=log, jitter_seeds=args.jitter_seeds, jitter_s=args.jitter_s,
+                     min_gain=args.min_gain).run()
     proposal.context = {"trace": loaded.path, "format": loaded.fmt, "jobs": int(len(exp.trace)),
                         "window": {"start": args.start, "end": args.end}, "cluster": exp.spec.describe()}
     out.clear()

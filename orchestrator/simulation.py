@@ -52,9 +52,10 @@ def option_defaults(spec, variant: str = "lucid-standalone") -> dict:
     if not variant.startswith("lucid-standalone"):
         from lucidd.live.config import config_from_dict
 
-        live = config_from_dict({})
-        o = live.ordering
-        out.update(tprof=live.profiler.tprof_s, starvation_s=o.starvation_s, aging_halflife_s=o.aging_halflife_s)
+        from .slurm_mode import options_from_config
+
+        # every lucidd key a replay reads ([profiler], [ordering]), and profiling on
+        out.update({k: v for k, v in options_from_config(config_from_dict({})).items() if k != "interval_s"})
     return out
 
 

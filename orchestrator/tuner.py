@@ -48,7 +48,11 @@ class TunableParam:
     doc: str = ""
 
 
-def default_space(exp: Experiment, packing: bool = True) -> list[TunableParam]:
+def default_space(exp: Experiment, packing: bool = True, variant: str = "lucid") -> list[TunableParam]:
+    """The knobs searched for `variant`: lucidd's own config keys for `lucid` (Lucid as lucidd runs
+    it on Slurm), the paper engine's knobs for `lucid-standalone*`."""
+    if not variant.startswith("lucid-standalone"):
+        return lucidd_space(exp)
     nodes = exp.spec.total_nodes
     # 0 = no profiling partition: on a lightly queued cluster the profiler's restarts cost more
     # than the debug jobs it filters save (docs/lucid.md, Philly as one VC).
@@ -68,6 +72,64 @@ def default_space(exp: Experiment, packing: bool = True) -> list[TunableParam]:
     return space
 
 
+# The lucidd keys the tuner searches for `lucid`, profiler first and the order after (coordinate
+# descent follows the list). Only Tprof's "jobs finished in the profiler" has a known direction: on
+# Slurm a later starvation guard is not monotone in the average JCT (docs/lucid.md, "The shipped
+# order": 24 h gave 15,375 s at Venus x1.0 against 14,169 s at 12 h), so nothing else is smoothed.
+PROFILER_KEYS = ("tprof", "prof_long_tprof", "prof_capacity_gpus", "skip_when_free", "prof_lend")
+
+
+def lucidd_space(exp: Experiment) -> list[TunableParam]:
+    gpus = exp.spec.total_gpus
+    # 0 = automatic (max(Nprof, 3 % of the GPUs)); then 1.5 %, 6 % and 10 % of the GPUs
+    capacity = sorted({0} | {max(1, round(gpus * f)) for f in (0.015, 0.06, 0.10)})
+    return [
+        TunableParam("tprof", (120, 200, 300, 600, 900, 1200, 1800), {"profiler_finished": "up"},
+                     "[profiler] tprof_s"),
+        TunableParam("prof_long_tprof", (0, 1800, 3600, 7200), {}, "[profiler] long_tprof_s"),
+        TunableParam("prof_capacity_gpus", tuple(capacity), {}, "[profiler] capacity_gpus (0: automatic)"),
+        TunableParam("skip_when_free", (1, 0), {}, "[profiler] skip_when_free"),
+        TunableParam("prof_lend", (1, 0), {}, "[profiler] lend_idle_gpus"),
+        TunableParam("profiling", (1, 0), {}, "[profiler] enabled"),
+        TunableParam("starvation_s", tuple(h * HOUR for h in (6, 12, 24, 48, 96)), {}, "[ordering] starvation_s"),
+        TunableParam("starving_halflife_s", (0, 1800, 3600, 7200), {}, "[ordering] starving_halflife_s"),
+        TunableParam("aging_halflife_s", tuple(h * HOUR for h in (24, 48, 96, 0)), {}, "[ordering] aging_halflife_s"),
+    ]
+
+
+def config_key(option: str):
+    """(section, key, type) of lucidd's config for a replay option, or None (a simulator-only knob)."""
+    from .slurm_mode import LIVE_OPTIONS
+
+    if option == "profiling":
+        return "profiler", "enabled", bool
+    if option in LIVE_OPTIONS:
+        section, key, kind, _ = LIVE_OPTIONS[option]
+        return section, key, kind
+    return None
+
+
+def config_changes(current: dict, proposed: dict) -> dict:
+    """{section: {key: value}} of lucidd.toml for the proposed values that differ from the current."""
+    out: dict = {}
+    for opt, v in proposed.items():
+        where = config_key(opt)
+        if where is None or current.get(opt) == v:
+            continue
+        section, key, kind = where
+        out.setdefault(section, {})[key] = kind(v)
+    return out
+
+
+def toml_lines(changes: dict) -> list:
+    lines = []
+    for section, keys in changes.items():
+        lines.append(f"[{section}]")
+        for key, v in keys.items():
+            lines.append(f"{key} = {str(v).lower() if isinstance(v, bool) else v}")
+    return lines
+
+
 @dataclass
 class Proposal:
     reference_policy: str
@@ -82,6 +144,7 @@ class Proposal:
     curves: dict  # param -> list of {value, raw metrics, smoothed metrics, feasible}
     context: dict = field(default_factory=dict)  # what was replayed: trace, format, jobs, window, cluster
     replays: int = 1  # replays per parameter set: the window and its jittered copies (metrics are their mean)
+    variant: str = "lucid"  # the Lucid tuned: `lucid` (lucidd on Slurm, its config keys) or `lucid-standalone`
 
     @property
     def jct_gain(self) -> float:
@@ -94,6 +157,9 @@ class Proposal:
         d["jct_gain_vs_reference"] = round(_ratio(self.reference["avg_jct_s"], self.proposed["avg_jct_s"]), 4)
         d["changes"] = {k: {"from": self.current_params.get(k), "to": v}
                         for k, v in self.proposed_params.items() if self.current_params.get(k) != v}
+        # the same changes as lucidd.toml keys (empty for lucid-standalone, whose knobs lucidd has not)
+        d["config_changes"] = ({} if self.variant.startswith("lucid-standalone") else
+                               config_changes(self.current_params, self.proposed_params))
         return d
 
 
@@ -141,16 +207,19 @@ def _simulate(policy: str, params: dict) -> dict:
 class Tuner:
     def __init__(self, exp: Experiment, space: list[TunableParam] | None = None, reference_policy: str = "tiresias",
                  variant: str = "lucid", tail_slack: float = 0.0, rounds: int = 1, workers: int | None = None,
-                 log=None, jitter_seeds: int = 0, jitter_s: int = 60):
+                 log=None, jitter_seeds: int = 0, jitter_s: int = 60, min_gain: float = 0.01):
         self.exp = exp
         # Each parameter set is judged on the window and on `jitter_seeds` copies of it with every
         # submission moved by up to +-jitter_s (Experiment.jittered): one replay of a cluster
         # without preemption is chaotic, and a choice made on it can be one replay's luck.
         self.exps = [exp] + [exp.jittered(seed, jitter_s) for seed in range(1, int(jitter_seeds) + 1)]
-        self.space = space if space is not None else default_space(exp, packing=_has_workload(exp))
-        self.reference_policy = reference_policy
         self.variant = variant
+        self.space = space if space is not None else default_space(exp, packing=_has_workload(exp), variant=variant)
+        self.reference_policy = reference_policy
         self.tail_slack = tail_slack
+        # A value other than the current one must lower the average JCT by more than this share to be
+        # proposed: a change an admin makes on a live cluster should pay for more than a replay's noise.
+        self.min_gain = float(min_gain)
         self.rounds = rounds
         self.workers = workers if workers is not None else min(4, os.cpu_count() or 1)
         self.log = log or (lambda msg: None)
@@ -163,7 +232,10 @@ class Tuner:
         out = {}
         for p in self.space:
             v = self.exp.options.get(p.name)
-            out[p.name] = defaults.get(p.name) if v is None else type(p.grid[0])(v)
+            if p.name == "profiling" and self.exp.options.get("cprof") == 0:
+                v = 0  # --cprof 0: no profiler, as `simulate` reads it
+            v = defaults.get(p.name) if v is None else v
+            out[p.name] = v if v is None else type(p.grid[0])(v)
         return out
 
     def _key(self, params: dict) -> tuple:
@@ -211,15 +283,30 @@ class Tuner:
                 curves[param.name] = [
                     {"value": v, "raw": raw[i], "smoothed": {k: round(float(smooth[k].iloc[i]), 1) for k in METRICS},
                      "feasible": bool(ok.iloc[i])} for i, v in enumerate(param.grid)]
+                stay = best[param.name]
+                if stay in param.grid:
+                    stay_jct = float(smooth["avg_jct_s"].iloc[param.grid.index(stay)])
+                    stay_ok = bool(ok.iloc[param.grid.index(stay)])
+                    m = None
+                else:  # a current value off the grid: replayed as it is, outside the curve
+                    m = self._run_many([dict(best)])[0]
+                    stay_jct = m["avg_jct_s"]
+                    stay_ok = m["p999_queue_s"] <= limit_tail and m["avg_queue_s"] <= limit_queue
                 if ok.any():
                     cand = smooth[ok]
                     pick = cand["avg_jct_s"].min()
                     choices = [param.grid[i] for i in cand.index if cand["avg_jct_s"][i] <= pick * (1 + 1e-9)]
-                    chosen = best[param.name] if best[param.name] in choices else choices[0]
+                    chosen = stay if stay in choices else choices[0]
                     i = param.grid.index(chosen)
-                    why = (f"{param.name}={chosen}: lowest avg JCT ({_jct_words(table, smooth, i)}) among the "
-                           f"{int(ok.sum())}/{len(param.grid)} values whose p99.9 and average queueing delay are no "
-                           f"worse than {self.reference_policy}'s")
+                    if chosen != stay and stay_ok and pick > stay_jct * (1 - self.min_gain):
+                        why = (f"{param.name}={stay}: kept; the best other value, {chosen} "
+                               f"({_jct_words(table, smooth, i)}), is {1 - pick / stay_jct:.1%} better on avg JCT, "
+                               f"not more than the {self.min_gain:.1%} a change must gain")
+                        chosen = stay
+                    else:
+                        why = (f"{param.name}={chosen}: lowest avg JCT ({_jct_words(table, smooth, i)}) among the "
+                               f"{int(ok.sum())}/{len(param.grid)} values whose p99.9 and average queueing delay are "
+                               f"no worse than {self.reference_policy}'s")
                 else:
                     # Least total relative excess over the reference's tail and average queueing,
                     # then the lowest average JCT.
@@ -228,23 +315,48 @@ class Tuner:
                     tied = excess[excess == excess.min()].index
                     i = int(smooth.loc[tied, "avg_jct_s"].idxmin())
                     chosen = param.grid[i]
-                    why = (f"{param.name}={chosen}: no value keeps p99.9 and average queueing within "
-                           f"{self.reference_policy}'s; picked the smallest excess ({excess[i]:.1%}), then the "
-                           f"lowest avg JCT ({_jct_words(table, smooth, i)})")
+                    stay_excess = (float(excess.iloc[param.grid.index(stay)]) if stay in param.grid else
+                                   round(max(0.0, m["p999_queue_s"] / max(limit_tail, 1) - 1)
+                                         + max(0.0, m["avg_queue_s"] / max(limit_queue, 1) - 1), 3))
+                    # the same bar as above, on the excess: a change must cut it by more than
+                    # min_gain, or keep it and gain that much on the average JCT
+                    gains = (stay_excess - excess.iloc[i] > self.min_gain or
+                             (stay_excess - excess.iloc[i] >= 0 and
+                              float(smooth["avg_jct_s"].iloc[i]) < stay_jct * (1 - self.min_gain)))
+                    if chosen != stay and not gains:
+                        why = (f"{param.name}={stay}: kept; no value keeps p99.9 and average queueing within "
+                               f"{self.reference_policy}'s, and the one with the smallest excess, {chosen} "
+                               f"({excess.iloc[i]:.1%} against {stay_excess:.1%}; {_jct_words(table, smooth, i)}), "
+                               f"does not gain more than {self.min_gain:.1%}")
+                        chosen = stay
+                    else:
+                        why = (f"{param.name}={chosen}: no value keeps p99.9 and average queueing within "
+                               f"{self.reference_policy}'s; picked the smallest excess ({excess.iloc[i]:.1%}), then "
+                               f"the lowest avg JCT ({_jct_words(table, smooth, i)})")
                 best[param.name] = chosen
                 reasons.append(why)
                 self.log(why)
-        if best.get("cprof") == 0 and "tprof" in best and best["tprof"] != current.get("tprof"):
-            # Without a profiling partition Tprof has no effect: proposing a change would be noise.
-            best["tprof"] = current.get("tprof")
-            why = f"tprof={best['tprof']}: kept, since cprof=0 turns the profiler off and tprof then has no effect"
+        for why in keep_profiler_keys_when_off(best, current):
             reasons.append(why)
             self.log(why)
         proposed = self._run_many([best])[0]
         feasible = proposed["p999_queue_s"] <= limit_tail and proposed["avg_queue_s"] <= limit_queue
         points = [{"params": dict(k), "metrics": m} for k, m in self._seen.items()]
         return Proposal(self.reference_policy, reference, current, cur_metrics, best, proposed, bool(feasible),
-                        reasons, points, curves, replays=len(self.exps))
+                        reasons, points, curves, replays=len(self.exps), variant=self.variant)
+
+
+def keep_profiler_keys_when_off(best: dict, current: dict) -> list:
+    """Without profiling (cprof 0 or profiling 0 in `best`) the profiler's keys have no effect, and
+    a change of one would be a replay's noise: put them back to `current`. Returns the reasons."""
+    off = best.get("cprof") == 0 or best.get("profiling") == 0
+    reasons = []
+    for key in PROFILER_KEYS:
+        if off and key in best and best[key] != current.get(key):
+            best[key] = current.get(key)
+            reasons.append(f"{key}={best[key]}: kept, since {'cprof=0' if best.get('cprof') == 0 else 'profiling=0'} "
+                           f"turns the profiler off and {key} then has no effect")
+    return reasons
 
 
 def _jct_words(raw: pd.DataFrame, smooth: pd.DataFrame, i: int) -> str:
@@ -298,6 +410,11 @@ def format_proposal(proposal: Proposal) -> str:
     lines.append(f"why (one parameter at a time; the table's figures are {each}, and where a parameter's "
                  "effect must be monotone the choice used the smoothed curve, docs/tuner.md):")
     lines.extend(f"  - {r}" for r in proposal.reasons)
+    changes = proposal.to_dict()["config_changes"]
+    if changes:
+        lines.append("")
+        lines.append("to apply it, set in lucidd.toml (then restart lucidd; docs/config.md):")
+        lines.extend(f"  {line}" for line in toml_lines(changes))
     lines.append("This is a proposal only: no configuration was changed.")
     return "\n".join(lines)
 

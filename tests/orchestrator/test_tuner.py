@@ -73,16 +73,73 @@ def test_tune_cli_writes_a_proposal(tmp_path, capsys):
     for key in ("reference", "current_params", "proposed_params", "proposed", "feasible", "jct_gain_vs_current",
                 "changes", "reasons", "curves"):
         assert key in out
-    assert set(out["proposed_params"]) >= {"tprof", "cprof", "starvation_s", "aging_halflife_s"}
+    # `lucid` is tuned on lucidd's own keys, against the Slurm the cluster runs today
+    assert set(out["proposed_params"]) == {"tprof", "prof_long_tprof", "prof_capacity_gpus", "skip_when_free",
+                                           "prof_lend", "profiling", "starvation_s", "starving_halflife_s",
+                                           "aging_halflife_s"}
+    assert out["reference_policy"] == "slurm" and out["variant"] == "lucid"
     assert (tmp_path / "proposal.json").exists()
+    # every change is given as the lucidd.toml key an admin sets
+    from orchestrator.tuner import config_key
+
+    flat = {f"{sec}.{key}": v for sec, keys in out["config_changes"].items() for key, v in keys.items()}
+    assert flat == {".".join(config_key(k)[:2]): config_key(k)[2](c["to"]) for k, c in out["changes"].items()}
 
 
-def test_no_tprof_change_is_proposed_without_a_profiler(small_experiment):
-    space = [TunableParam("tprof", (60, 200)), TunableParam("cprof", (0,))]  # neither is the current 600
-    proposal = Tuner(small_experiment, space=space, workers=1).run()
-    assert proposal.proposed_params["cprof"] == 0
-    assert proposal.proposed_params["tprof"] == proposal.current_params["tprof"]
-    assert any(r.startswith("tprof=") and "no effect" in r for r in proposal.reasons)
+def test_a_lucidd_config_gives_the_current_values_and_the_proposal_names_its_keys(small_experiment, tmp_path):
+    from orchestrator.tuner import config_changes, toml_lines
+
+    toml = tmp_path / "lucidd.toml"
+    toml.write_text("[profiler]\ntprof_s = 450\nlend_idle_gpus = false\n[ordering]\nstarvation_s = 86400\n"
+                    "[daemon]\ninterval_s = 2.5\n")
+    from lucidd.cli import _options_of_lucidd_config
+
+    exp = small_experiment
+    saved = dict(exp.options)
+    try:
+        exp.options.update(_options_of_lucidd_config(str(toml), exp))
+        assert exp.options["interval_s"] == 2.0  # whole seconds in a replay, with a note saying so
+        space = [TunableParam("tprof", (300, 600)), TunableParam("prof_lend", (1, 0))]
+        tuner = Tuner(exp, space=space, workers=1, min_gain=0.0)
+        assert tuner.current_params() == {"tprof": 450, "prof_lend": 0}
+        proposal = tuner.run()
+    finally:
+        exp.options.clear()
+        exp.options.update(saved)
+    # the current Tprof is off the grid: it was replayed as it is and is kept unless a grid value is better
+    assert any(p["params"] == {"tprof": 450, "prof_lend": 0} for p in proposal.points)
+    changes = config_changes(proposal.current_params, proposal.proposed_params)
+    assert set(changes.get("profiler", {})) <= {"tprof_s", "lend_idle_gpus"}
+    if "lend_idle_gpus" in changes.get("profiler", {}):
+        assert changes["profiler"]["lend_idle_gpus"] is True and "lend_idle_gpus = true" in toml_lines(changes)
+
+
+def test_a_change_must_gain_more_than_min_gain(small_experiment):
+    space = [TunableParam("starvation_s", (6 * HOUR, 12 * HOUR, 96 * HOUR))]
+    free = Tuner(small_experiment, space=space, workers=1, min_gain=0.0, reference_policy="fifo",
+                 tail_slack=10).run()
+    cur = free.current["avg_jct_s"]
+    best = min(p["metrics"]["avg_jct_s"] for p in free.points)
+    strict = Tuner(small_experiment, space=space, workers=1, min_gain=0.99, reference_policy="fifo",
+                   tail_slack=10).run()
+    assert strict.proposed_params == strict.current_params  # nothing gains 99 %
+    if best < cur:
+        assert free.proposed_params != free.current_params
+        assert any("kept; the best other value" in r for r in strict.reasons)
+
+
+def test_no_profiler_key_change_is_proposed_without_a_profiler():
+    from orchestrator.tuner import keep_profiler_keys_when_off
+
+    current = {"tprof": 600, "prof_long_tprof": 3600, "profiling": 1, "starvation_s": 12 * HOUR}
+    best = {"tprof": 200, "prof_long_tprof": 1800, "profiling": 0, "starvation_s": 24 * HOUR}
+    reasons = keep_profiler_keys_when_off(best, current)
+    assert best == {"tprof": 600, "prof_long_tprof": 3600, "profiling": 0, "starvation_s": 24 * HOUR}
+    assert len(reasons) == 2 and all("profiling=0" in r and "no effect" in r for r in reasons)
+    best = {"tprof": 200, "cprof": 0}  # lucid-standalone's knob
+    assert keep_profiler_keys_when_off(best, {"tprof": 600, "cprof": 2}) and best["tprof"] == 600
+    best = {"tprof": 200, "profiling": 1}
+    assert not keep_profiler_keys_when_off(best, {"tprof": 600, "profiling": 1}) and best["tprof"] == 200
 
 
 def test_jittered_replays_are_averaged_and_leave_the_window_alone(small_experiment):
@@ -113,3 +170,21 @@ def test_a_jittered_copy_moves_each_submission_by_at_most_the_bound(small_experi
     assert sorted(copy.trace["seq"]) == sorted(exp.trace["seq"]) and copy.trace["seq"].is_monotonic_increasing
     assert copy.trace.equals(exp.jittered(3, 45).trace)  # reproducible by seed
     assert "_cache" not in copy.options and copy.prior is exp.prior
+
+
+def test_simulate_replays_a_lucidd_config_file(tmp_path, capsys):
+    """`simulate --config` replays lucid with a lucidd.toml's keys: profiling switched off there is
+    lucid-noprofiler; a flag given overrides the file; a key lucidd refuses is refused here too."""
+    toml = tmp_path / "lucidd.toml"
+    toml.write_text("[profiler]\nenabled = false\n")
+    window = ["--start", str(2 * 86400), "--end", str(int(2.5 * 86400)), "--no-plots", "--no-progress"]
+    rc = main(["--json", "simulate", *window, "--policies", "lucid,lucid-noprofiler", "--config", str(toml),
+               "--out", str(tmp_path / "a")])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["policy"]: r for r in out["summary"]}
+    assert rows["lucid"]["avg_jct_s"] == rows["lucid-noprofiler"]["avg_jct_s"]
+    assert any(str(toml) in n for n in out["notes"])
+    toml.write_text("[profiler]\ntprof_s = 0\n")
+    assert main(["simulate", *window, "--policies", "lucid", "--config", str(toml), "--out", str(tmp_path / "b")]) == 2
+    assert "[profiler] tprof_s" in capsys.readouterr().err
