@@ -278,7 +278,8 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
             # partitions idled (docs/lucid.md, "Lending idle GPUs to profiling").
             lent += g
             plan.profile.append((job_id, f"profiling on GPUs nobody waits for: {g} GPU(s), least-GPUs-first, "
-                                             f"{lent} of the {lend_free} GPUs free where nobody waits lent, "
+                                             f"on a node of a partition with no queue (with it, {lent} of the "
+                                             f"{lend_free} idle GPUs there are lent to profiling), "
                                              f"Tprof {run_tprof(p, _LENT)} s"))
             plan.lend.append(job_id)
         elif used + g <= cap:

@@ -130,7 +130,7 @@ def test_jobs_that_fit_on_gpus_nobody_waits_for_are_lent_them(tmp_path):
     plan = decider.decide(x)
     assert ids(plan.profile) == [2, 5, 3, 1, 4, 6]  # lent 1+1+2+4+8 = 16 of 20; 6 in the capacity; 7 neither
     assert plan.lend == [2, 5, 3, 1, 4]
-    assert "GPUs nobody waits for" in reasons(plan.profile)[4] and "16 of the 20" in reasons(plan.profile)[4]
+    assert "GPUs nobody waits for" in reasons(plan.profile)[4] and "16 of the 20 idle GPUs" in reasons(plan.profile)[4]
     assert "least-GPUs-first, 8/8" in reasons(plan.profile)[6]
     # most free on one such node: 2 -> the 1- and 2-GPU jobs are lent; the 4-GPU job fits the capacity,
     # the 8-GPU jobs neither (4 + 8 > 8)
