@@ -1,16 +1,20 @@
-"""System tuner: propose Lucid's parameters by replaying recent history in the simulator.
+"""System tuner: propose lucidd's parameters by replaying recent history in the simulator.
 
 The tuner never touches a live configuration. It replays a window of past jobs on the cluster
-under the admin's current policy (the reference, Tiresias by default) and under Lucid with
-candidate parameter values, and writes a *proposal*: the values, the simulated metrics of the
-current and proposed settings, and every point it tried, so an admin can check the reasoning.
+under the admin's current policy (the reference, Slurm's priority with backfill by default) and
+under Lucid as lucidd runs it with candidate values of its config keys (or, for
+lucid-standalone, of the paper engine's knobs), and writes a *proposal*: the values (as
+lucidd.toml lines), the simulated metrics of the current and proposed settings, and every point
+it tried, so an admin can check the reasoning. A new value must beat the current one by more
+than `min_gain` to be proposed.
 
 Search: coordinate descent, one parameter at a time over a small grid with the others held at
 their best value so far. Simulated metrics along one grid are noisy (one replay per point), so
 where a parameter's effect must be monotone the curve is first smoothed with isotonic regression
-(pool-adjacent-violators): waiting longer before the starvation guard fires, or aging the queue
-more slowly, moves the order towards pure shortest-first and so can only help the average (avg
-JCT non-increasing); a longer profiling limit can only let more jobs finish inside it. The tail
+(pool-adjacent-violators): in lucid-standalone's engine, waiting longer before the starvation
+guard fires, or aging the queue more slowly, moves the order towards pure shortest-first and so
+can only help the average (avg JCT non-increasing; on Slurm it does not, so `lucid`'s ordering
+keys are judged as replayed); a longer profiling limit can only let more jobs finish inside it. The tail
 gets no such constraint: a low guard's reservations and drains delay other jobs, so on Venus its
 p99.9 *falls* as the guard rises (docs/tuner.md). A value is *feasible* when its
 smoothed tail and average queueing delay are no worse than the reference's (within `tail_slack`);
@@ -205,7 +209,7 @@ def _simulate(policy: str, params: dict) -> dict:
 
 
 class Tuner:
-    def __init__(self, exp: Experiment, space: list[TunableParam] | None = None, reference_policy: str = "tiresias",
+    def __init__(self, exp: Experiment, space: list[TunableParam] | None = None, reference_policy: str = "slurm",
                  variant: str = "lucid", tail_slack: float = 0.0, rounds: int = 1, workers: int | None = None,
                  log=None, jitter_seeds: int = 0, jitter_s: int = 60, min_gain: float = 0.01):
         self.exp = exp
