@@ -165,7 +165,7 @@ def queue_text(d: dict) -> list:
         for r in rows:
             est = "" if r["estimate_s"] is None else f" est {r['estimate_s']:,.0f}s"
             rank = "" if r["rank"] is None else f"#{r['rank']} "
-            lines.append(f"  {rank}{r['job_id']:>8} {r['partition']:<12} {r['gpus']:>3} GPU {r['user']:<10}{est}  "
+            lines.append(f"  {rank}{r['job_id']:>8} {r['partition']:<12} {r['gpus']:>3} GPU {r['user'] or '?':<10}{est}  "
                          f"{r['reason']}")
             if r["attention_reason"] and r["attention_reason"] != r["reason"]:
                 lines.append(f"  {'':>8} ! {r['attention_reason']}")

@@ -282,3 +282,13 @@ def test_queue_ranks_are_those_of_now_not_of_when_the_site_factor_was_set(cluste
     (only,) = queue_data(cfg, store)["pending"]
     assert only["job_id"] == 3 and only["rank"] == 1
     assert not only["reason"].startswith("rank ")  # the saved "rank 3 in main: ..." is not repeated
+
+
+def test_queue_text_prints_a_job_whose_user_lucidd_does_not_know():
+    from lucidd.admin_cli import queue_text
+
+    row = {"job_id": 7, "user": None, "name": None, "gpus": 1, "partition": "main", "phase": "released",
+           "profile": "skipped", "submitted": 0, "estimate_s": None, "estimate_source": None, "site_factor": None,
+           "rank": None, "reason": None, "needs_attention": False, "attention_reason": None}
+    lines = queue_text({"inbox": [], "profiling": [], "pending": [row]})
+    assert lines[-1].split()[:5] == ["7", "main", "1", "GPU", "?"], lines
