@@ -419,6 +419,11 @@ def format_proposal(proposal: Proposal) -> str:
         lines.append("")
         lines.append("to apply it, set in lucidd.toml (then restart lucidd; docs/config.md):")
         lines.extend(f"  {line}" for line in toml_lines(changes))
+        if proposal.replays < 6:
+            # one replay of a cluster without preemption is chaotic: on the sample a 3-replay
+            # "1.112x" was worth 1.036x over eleven (docs/tuner.md, "Jittered replays")
+            lines.append(f"  (judged on {proposal.replays} replay{'s' if proposal.replays > 1 else ''}: confirm with "
+                         "--jitter-seeds 5 or more before applying it)")
     lines.append("This is a proposal only: no configuration was changed.")
     return "\n".join(lines)
 

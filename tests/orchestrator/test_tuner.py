@@ -155,7 +155,10 @@ def test_jittered_replays_are_averaged_and_leave_the_window_alone(small_experime
     one = replay_metrics(exp, "lucid", params)
     two = replay_metrics(exp.jittered(1, 30), "lucid", params)
     assert proposal.proposed == {k: (one[k] + two[k]) / 2 for k in one}
-    assert "means over 2 replays (the window and 1 jittered copies)" in format_proposal(proposal)
+    text = format_proposal(proposal)
+    assert "means over 2 replays (the window and 1 jittered copies)" in text
+    if proposal.to_dict()["config_changes"]:
+        assert "confirm with --jitter-seeds 5 or more" in text
 
 
 def test_a_jittered_copy_moves_each_submission_by_at_most_the_bound(small_experiment):
@@ -188,3 +191,22 @@ def test_simulate_replays_a_lucidd_config_file(tmp_path, capsys):
     toml.write_text("[profiler]\ntprof_s = 0\n")
     assert main(["simulate", *window, "--policies", "lucid", "--config", str(toml), "--out", str(tmp_path / "b")]) == 2
     assert "[profiler] tprof_s" in capsys.readouterr().err
+
+
+def test_the_text_gives_the_toml_lines_and_asks_for_more_replays_before_applying():
+    from orchestrator.tuner import METRICS, Proposal
+
+    m = {k: 1000.0 for k in METRICS}
+    cur = {"tprof": 600, "prof_lend": 1, "starvation_s": 43200}
+    new = {"tprof": 300, "prof_lend": 0, "starvation_s": 43200}
+    p = Proposal("slurm", m, cur, m, new, m, True, ["x"], [], {}, replays=3)
+    text = format_proposal(p)
+    assert "[profiler]\n  tprof_s = 300\n  lend_idle_gpus = false" in text
+    assert "judged on 3 replays: confirm with --jitter-seeds 5 or more" in text
+    assert p.to_dict()["config_changes"] == {"profiler": {"tprof_s": 300, "lend_idle_gpus": False}}
+    p = Proposal("slurm", m, cur, m, new, m, True, ["x"], [], {}, replays=6)
+    assert "confirm with" not in format_proposal(p)
+    p = Proposal("slurm", m, cur, m, dict(cur), m, True, ["x"], [], {}, replays=1)
+    assert "lucidd.toml" not in format_proposal(p)  # nothing to change
+    p = Proposal("slurm", m, {"gss": 2}, m, {"gss": 1}, m, True, ["x"], [], {}, variant="lucid-standalone")
+    assert p.to_dict()["config_changes"] == {} and "lucidd.toml" not in format_proposal(p)
