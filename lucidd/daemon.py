@@ -51,7 +51,7 @@ class Daemon:
         s = config.slurm
         self.backend = backend or make_backend("auto" if s.backend == "auto" else s.backend,
                                                bin_dir=s.bin_dir or None, timeout_s=s.command_timeout_s)
-        self.store = store or Store(config.database.url)
+        self.store = store or Store(config.database.url, create_dir=not self.check)
         self.notifier = notifier or Notifier()
         self.decider = load_decider(config.daemon.decider, config)
         self.reconciler = Reconciler(config, self.backend, self.store, self.decider, dry_run=self.dry_run,

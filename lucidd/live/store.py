@@ -176,11 +176,13 @@ def _sqlite_dir(url: str):
 
 
 class Store:
-    def __init__(self, url: str, connect_timeout_s: float = 5.0):
+    def __init__(self, url: str, connect_timeout_s: float = 5.0, create_dir: bool = True):
+        """`create_dir`: make a SQLite file's folder (False for a check, which writes nothing)."""
         self.url = url
         kw = {"pool_pre_ping": True, "future": True}
         if url.startswith("sqlite"):
-            _sqlite_dir(url)
+            if create_dir:
+                _sqlite_dir(url)
             kw["connect_args"] = {"timeout": 30}
         elif url.startswith("postgresql"):
             kw["connect_args"] = {"connect_timeout": int(max(1, connect_timeout_s))}

@@ -173,3 +173,20 @@ def test_explain_does_not_count_a_shadows_site_factor_as_set(setup):
     assert any(a.kind == "sitefactor" and a.status == "dry-run" for j in (8, 9) for a in store.actions_for(j))
     story = " | ".join(explain_data(cfg, store, 9)["story"] + explain_data(cfg, store, 8)["story"])
     assert "SiteFactor set" not in story and "not set in Slurm [dry-run]" in story, story
+
+
+def test_a_check_on_a_host_lucidd_never_ran_on_creates_no_folder_or_file(tmp_path):
+    """`lucidd --once --dry-run` made STATE_DIR (/var/lib/lucidd by default), the database's folder
+    and the model store while saying it writes nothing anywhere."""
+    state, dbdir, models = tmp_path / "never" / "made", tmp_path / "otherdb", tmp_path / "models"
+    cfg = config_from_dict({"daemon": {"state_dir": str(state), "interval_s": 10},
+                            "database": {"url": f"sqlite:///{dbdir}/x.db"}, "models": {"dir": str(models)}})
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    slurm.submit(5, partition="main", gpus=1)
+    check = Daemon(cfg, dry_run=True, check=True, backend=slurm, clock=clock)
+    check.start()
+    clock.t += 10
+    assert check.run_once()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], list(tmp_path.rglob("*"))
+    assert slurm.jobs[5].partition == "inbox" and not slurm.job_calls(5)
