@@ -292,3 +292,22 @@ def test_queue_text_prints_a_job_whose_user_lucidd_does_not_know():
            "rank": None, "reason": None, "needs_attention": False, "attention_reason": None}
     lines = queue_text({"inbox": [], "profiling": [], "pending": [row]})
     assert lines[-1].split()[:5] == ["7", "main", "1", "GPU", "?"], lines
+
+
+def test_a_job_cancelled_while_it_waits_is_not_said_to_have_started(cluster):
+    """Slurm gives a job cancelled while pending a start time equal to its end time; `explain`
+    then said "started ... in inbox" for a job that never ran (the admin trial, 27 November 2026)."""
+    from lucidd.admin_cli import explain_data
+
+    cfg, clock, slurm, store, lucidd = cluster()
+    rec = lucidd()
+    slurm.submit(95, partition="mian", gpus=1)
+    run_cycles(rec, clock, 60)
+    j = slurm.jobs[95]
+    j.state, j.start_time, j.end_time = "CANCELLED", int(clock.t), int(clock.t)  # scancel while pending
+    run_cycles(rec, clock, 10)
+    row = store.job(95)
+    assert row.phase == "done" and row.final_state == "CANCELLED" and row.start_time is None
+    story = explain_data(cfg, store, 95)["story"]
+    assert not any(line.startswith("started") for line in story), story
+    assert any("CANCELLED" in line for line in story)
