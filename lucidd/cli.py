@@ -327,13 +327,24 @@ def _check_args(args) -> None:
 
 
 def _check_cluster_args(args, exp) -> None:
-    """Checks that need the cluster (built from the trace in a second or two, before any replay)."""
+    """Checks that need the cluster (built from the trace in a second or two, before any replay).
+
+    `--cprof`/`--nprof` size lucid-standalone's dedicated profiling nodes; `lucid` (lucidd on
+    Slurm) profiles in a partition over every node, where Nprof is checked as lucidd checks
+    `[profiler] nprof_gpus`, so these checks apply only when lucid-standalone runs."""
     from orchestrator.simulation import option_defaults
     from profiler.lgf import carve_profiling_nodes
 
+    if hasattr(args, "variant"):  # tune
+        standalone = args.variant.startswith("lucid-standalone")
+    else:
+        given = getattr(args, "policies", None)
+        standalone = given is not None and any(p.strip().startswith("lucid-standalone") for p in given.split(","))
+    if not standalone:
+        return
     defaults = option_defaults(exp.spec)
     cprof = defaults["cprof"] if args.cprof is None else args.cprof
-    nprof = defaults["nprof"] if args.nprof is None else args.nprof
+    nprof = int(exp.options.get("nprof") or defaults["nprof"])  # a flag, a --config, or the default
     given = "" if args.cprof is not None else " (the default for this cluster)"
     if cprof > 0:
         try:
@@ -345,11 +356,12 @@ def _check_cluster_args(args, exp) -> None:
                                   "largest job; give fewer (0: no profiler)") from None
         gpus = cprof * next(iter(exp.spec.vcs.values())).gpus_per_node
         if nprof > gpus and args.nprof is None:
-            exp.options["nprof"] = gpus  # the default (8) on smaller nodes: the most the partition holds
+            # the default (8) on smaller nodes, or a lucidd.toml's value: the most the nodes hold
+            # (for lucid-standalone only; `lucid` keeps lucidd's own value)
+            exp.options["standalone_nprof_cap"] = gpus
         elif nprof > gpus:
-            raise ConfigError(f"--nprof {nprof}{'' if args.nprof is not None else ' (default)'}: larger than the "
-                              f"profiling partition's {gpus} GPUs (--cprof {cprof}{given}); give --nprof {gpus} "
-                              "or less, or a larger --cprof")
+            raise ConfigError(f"--nprof {nprof}: larger than lucid-standalone's profiling nodes' {gpus} GPUs "
+                              f"(--cprof {cprof}{given}); give --nprof {gpus} or less, or a larger --cprof")
 
 
 def _trace_words(given: str, path: str) -> str:

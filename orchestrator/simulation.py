@@ -202,7 +202,10 @@ def run_lucid(exp: Experiment, jobs, on_progress, variant: str) -> SimulationRes
     spec = exp.spec
     defaults = option_defaults(spec)
     pcfg = ProfilerConfig(
-        time_limit=int(_option(exp, "tprof", defaults["tprof"])), max_gpus=int(_option(exp, "nprof", defaults["nprof"])),
+        time_limit=int(_option(exp, "tprof", defaults["tprof"])),
+        # capped at the profiling nodes' GPUs where nobody asked for more (lucidd/cli.py)
+        max_gpus=min(int(_option(exp, "nprof", defaults["nprof"])),
+                     int(_option(exp, "standalone_nprof_cap", 10 ** 9))),
         nodes=int(_option(exp, "cprof", defaults["cprof"])),
         gpus_per_node=next(iter(spec.vcs.values())).gpus_per_node,
         scaling=bool(_option(exp, "profiler_scaling", True)),

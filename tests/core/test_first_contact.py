@@ -226,9 +226,19 @@ def test_nodes_replaces_the_samples_own_vcs(tmp_path, capsys):
     (["--cprof", "1", "--nprof", "9"], "--nprof 9"),
 ])
 def test_flags_checked_against_the_cluster_before_any_replay(tmp_path, capsys, no_work, argv, needle):
-    rc, _, err = run(["simulate", *argv, "--out", str(tmp_path / "o")], capsys)
+    rc, _, err = run(["simulate", *argv, "--policies", "lucid,lucid-standalone", "--out", str(tmp_path / "o")],
+                     capsys)
     assert_one_line_error(rc, err, needle)
     assert no_work["run"] == 0
+
+
+def test_nprof_larger_than_a_node_is_lucidds_own_value_for_lucid(tmp_path, capsys):
+    """`lucid` profiles in a partition over every node, as lucidd does: --nprof 16 (which lucidd's
+    `nprof_gpus` accepts) was refused against lucid-standalone's one profiling node."""
+    rc, out, err = run(["--json", "simulate", "--nprof", "16", "--policies", "lucid", "--start", str(2 * 86400),
+                        "--end", str(int(2.2 * 86400)), "--no-plots", "--no-progress", "--out", str(tmp_path / "o")],
+                       capsys)
+    assert rc == 0, err
 
 
 def test_colocation_and_profiles_are_checked_up_front(tmp_path, capsys, no_work):
