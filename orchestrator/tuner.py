@@ -286,23 +286,30 @@ class Tuner:
                 ok = (smooth["p999_queue_s"] <= limit_tail) & (smooth["avg_queue_s"] <= limit_queue)
                 curves[param.name] = [
                     {"value": v, "raw": raw[i], "smoothed": {k: round(float(smooth[k].iloc[i]), 1) for k in METRICS},
-                     "feasible": bool(ok.iloc[i])} for i, v in enumerate(param.grid)]
+                     "feasible": bool(ok.iloc[i]), "off_grid": False} for i, v in enumerate(param.grid)]
                 stay = best[param.name]
                 if stay in param.grid:
                     stay_jct = float(smooth["avg_jct_s"].iloc[param.grid.index(stay)])
                     stay_ok = bool(ok.iloc[param.grid.index(stay)])
                     m = None
-                else:  # a current value off the grid: replayed as it is, outside the curve
+                else:  # a current value off the grid: replayed as it is, outside the (smoothed) curve
                     m = self._run_many([dict(best)])[0]
                     stay_jct = m["avg_jct_s"]
                     stay_ok = m["p999_queue_s"] <= limit_tail and m["avg_queue_s"] <= limit_queue
+                    curves[param.name].append({"value": stay, "raw": m, "smoothed": {k: round(float(m[k]), 1)
+                                                                                      for k in METRICS},
+                                               "feasible": bool(stay_ok), "off_grid": True})
                 if ok.any():
                     cand = smooth[ok]
                     pick = cand["avg_jct_s"].min()
                     choices = [param.grid[i] for i in cand.index if cand["avg_jct_s"][i] <= pick * (1 + 1e-9)]
                     chosen = stay if stay in choices else choices[0]
                     i = param.grid.index(chosen)
-                    if chosen != stay and stay_ok and pick > stay_jct * (1 - self.min_gain):
+                    if chosen != stay and stay_ok and pick >= stay_jct:
+                        why = (f"{param.name}={stay}: kept; it replays better than every other value "
+                               f"({stay_jct:,.0f} s avg JCT; the best other, {chosen}: {_jct_words(table, smooth, i)})")
+                        chosen = stay
+                    elif chosen != stay and stay_ok and pick > stay_jct * (1 - self.min_gain):
                         why = (f"{param.name}={stay}: kept; the best other value, {chosen} "
                                f"({_jct_words(table, smooth, i)}), is {1 - pick / stay_jct:.1%} better on avg JCT, "
                                f"not more than the {self.min_gain:.1%} a change must gain")
@@ -327,7 +334,12 @@ class Tuner:
                     gains = (stay_excess - excess.iloc[i] > self.min_gain or
                              (stay_excess - excess.iloc[i] >= 0 and
                               float(smooth["avg_jct_s"].iloc[i]) < stay_jct * (1 - self.min_gain)))
-                    if chosen != stay and not gains:
+                    if chosen != stay and not gains and stay_excess < excess.iloc[i]:
+                        why = (f"{param.name}={stay}: kept; no value keeps p99.9 and average queueing within "
+                               f"{self.reference_policy}'s, and its excess ({stay_excess:.1%}) is the smallest "
+                               f"(the best other, {chosen}: {excess.iloc[i]:.1%})")
+                        chosen = stay
+                    elif chosen != stay and not gains:
                         why = (f"{param.name}={stay}: kept; no value keeps p99.9 and average queueing within "
                                f"{self.reference_policy}'s, and the one with the smallest excess, {chosen} "
                                f"({excess.iloc[i]:.1%} against {stay_excess:.1%}; {_jct_words(table, smooth, i)}), "

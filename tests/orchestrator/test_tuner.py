@@ -108,6 +108,8 @@ def test_a_lucidd_config_gives_the_current_values_and_the_proposal_names_its_key
         exp.options.update(saved)
     # the current Tprof is off the grid: it was replayed as it is and is kept unless a grid value is better
     assert any(p["params"] == {"tprof": 450, "prof_lend": 0} for p in proposal.points)
+    assert [c["value"] for c in proposal.curves["tprof"] if c["off_grid"]] == [450]
+    assert "is -" not in " ".join(proposal.reasons)  # never "is -5.0% better" for a current value that replays better
     changes = config_changes(proposal.current_params, proposal.proposed_params)
     assert set(changes.get("profiler", {})) <= {"tprof_s", "lend_idle_gpus"}
     if "lend_idle_gpus" in changes.get("profiler", {}):
