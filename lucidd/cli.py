@@ -401,7 +401,9 @@ def _experiment_from_args(args, what: str):
                           estimates_path=getattr(args, "estimates", None), prior=prior,
                           scale_nodes=getattr(args, "scale_nodes", None))
     if getattr(args, "config", None):  # a lucidd.toml: its values first, then the flags given
-        exp.options.update(_options_of_lucidd_config(args.config, exp))
+        pols = getattr(args, "policies", None)
+        lucid_runs = pols is None or any(p.strip().startswith("lucid") for p in pols.split(","))
+        exp.options.update(_options_of_lucidd_config(args.config, exp, lucid_runs))
     exp.options.update({k: getattr(args, k) for k in ("colocation", "profiles", "tprof", "cprof", "nprof", "gss",
                                                        "starvation_s", "aging_halflife_s", "starving_halflife_s")
                         if getattr(args, k, None) is not None})
@@ -414,9 +416,10 @@ def _experiment_from_args(args, what: str):
     return loaded, exp
 
 
-def _options_of_lucidd_config(path: str, exp) -> dict:
+def _options_of_lucidd_config(path: str, exp, lucid_runs: bool = True) -> dict:
     """The replay options of a lucidd config file (its [profiler] and [ordering] keys, [daemon]
-    interval_s), checked as lucidd checks them."""
+    interval_s), checked as lucidd checks them. lucid-standalone has four knobs of the same names
+    (Tprof, Nprof, the starvation guard, aging) and reads them too."""
     from orchestrator.slurm_mode import options_from_config
 
     from .live.config import load_config
@@ -427,7 +430,11 @@ def _options_of_lucidd_config(path: str, exp) -> dict:
         opts["interval_s"] = float(max(1, round(interval)))
         exp.notes.append(f"{path}: [daemon] interval_s {interval:g} replayed as {opts['interval_s']:g} s "
                          "(the replay's cycles are whole seconds)")
-    exp.notes.append(f"lucid replays the [profiler], [ordering] and interval_s of {path}")
+    if lucid_runs:
+        exp.notes.append(f"lucid replays the [profiler], [ordering] and interval_s of {path} (lucid-standalone "
+                         "its tprof_s, nprof_gpus, starvation_s and aging_halflife_s)")
+    else:
+        exp.notes.append(f"{path}: no Lucid policy in this run, so its values are not used")
     return opts
 
 
