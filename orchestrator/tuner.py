@@ -408,14 +408,20 @@ def format_proposal(proposal: Proposal) -> str:
             f", submitted {window.get('start') or 'start'} .. {window.get('end') or 'end'}"
         n = int(ctx.get("jobs", 0))
         lines += [f"replayed: {ctx['trace']} ({n:,} job{'s' if n != 1 else ''}{span}) on {ctx.get('cluster', '?')}", ""]
-    lines.append(f"{'parameter':17s} {'current':>10s}  {'proposed':>12s}")
+    w = max([17] + [len(k) for k in proposal.proposed_params])
+
+    def shown(k, v):  # lucidd's booleans as the TOML lines write them
+        where = config_key(k)
+        return str(bool(v)).lower() if where is not None and where[2] is bool and v is not None else str(v)
+
+    lines.append(f"{'parameter':{w}s} {'current':>10s}  {'proposed':>12s}")
     for k, v in proposal.proposed_params.items():
         mark = "" if proposal.current_params.get(k) == v else "   <- change"
-        lines.append(f"{k:17s} {proposal.current_params.get(k)!s:>10s}  {v!s:>12s}{mark}")
+        lines.append(f"{k:{w}s} {shown(k, proposal.current_params.get(k)):>10s}  {shown(k, v):>12s}{mark}")
     lines.append("")
-    lines.append(f"{'simulated':17s} {proposal.reference_policy:>10s} {'current':>12s} {'proposed':>12s}")
+    lines.append(f"{'simulated':{w}s} {proposal.reference_policy:>10s} {'current':>12s} {'proposed':>12s}")
     for m in ("avg_jct_s", "avg_queue_s", "p999_queue_s", "profiler_finished", "packed_jobs"):
-        lines.append(f"{m:17s} {ref[m]:10,.0f} {cur[m]:12,.0f} {new[m]:12,.0f}")
+        lines.append(f"{m:{w}s} {ref[m]:10,.0f} {cur[m]:12,.0f} {new[m]:12,.0f}")
     lines.append("")
     lines.append(f"avg JCT gain: {proposal.jct_gain:.3f}x vs current, "
                  f"{_ratio(ref['avg_jct_s'], new['avg_jct_s']):.3f}x vs {proposal.reference_policy}; "
