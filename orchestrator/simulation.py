@@ -275,7 +275,33 @@ def run_lucid(exp: Experiment, jobs, on_progress, variant: str) -> SimulationRes
     extra = {"summary": {"profiler_finished": pstats["finished_in_profiler"]}, "profiler": pstats,
              "pairs_measured": speeds.used_measured, "pairs_estimated": speeds.used_estimate}
     series = main.series if main is not None else pd.DataFrame(columns=["time", "busy_gpus", "queued_jobs"])
-    return SimulationResult(variant, frame, series, exp.spec.total_gpus, extra)
+    # the profiling nodes' runs are GPU work too (their GPUs are in the total): without them a
+    # run whose jobs all end in the profiler showed gpu_util 0
+    runs = [(o.start, o.end, j.gpu_num) for j in jobs for o in [outcomes.get(j.job_id)]
+            if o is not None and o.profiled and o.start is not None and o.end is not None and o.end > o.start]
+    return SimulationResult(variant, frame, with_runs(series, runs), exp.spec.total_gpus, extra)
+
+
+def with_runs(series: pd.DataFrame, runs) -> pd.DataFrame:
+    """The busy-GPU step series plus runs [(start, end, gpus)] that it does not hold (queued_jobs as
+    in `series`)."""
+    if not runs:
+        return series
+    starts = np.array([r[0] for r in runs], dtype=np.int64)
+    ends = np.array([r[1] for r in runs], dtype=np.int64)
+    gpus = np.array([r[2] for r in runs], dtype=float)
+    t0 = series["time"].to_numpy(dtype=np.int64) if len(series) else np.empty(0, dtype=np.int64)
+    times = np.unique(np.concatenate([t0, starts, ends]))
+    order = np.argsort(starts, kind="stable")
+    started = np.concatenate([[0.0], np.cumsum(gpus[order])])[np.searchsorted(starts[order], times, side="right")]
+    order = np.argsort(ends, kind="stable")
+    ended = np.concatenate([[0.0], np.cumsum(gpus[order])])[np.searchsorted(ends[order], times, side="right")]
+    at = np.searchsorted(t0, times, side="right") - 1  # the main series' step in force at each time
+    busy = series["busy_gpus"].to_numpy(dtype=float) if len(series) else np.empty(0)
+    queued = series["queued_jobs"].to_numpy(dtype=float) if len(series) else np.empty(0)
+    main_busy = np.where(at >= 0, busy[np.clip(at, 0, None)] if len(busy) else 0.0, 0.0)
+    main_queued = np.where(at >= 0, queued[np.clip(at, 0, None)] if len(queued) else 0.0, 0.0)
+    return pd.DataFrame({"time": times, "busy_gpus": main_busy + started - ended, "queued_jobs": main_queued})
 
 
 def default_profiler_nodes(spec) -> int:

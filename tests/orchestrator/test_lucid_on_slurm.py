@@ -434,3 +434,18 @@ def test_without_profiling_and_order_it_is_the_slurm_baseline(seed):
     series = sim.series_frame()
     assert (series["busy_gpus"] >= 0).all() and (series["queued_jobs"] >= 0).all()
     assert series["busy_gpus"].max() <= spec.total_gpus and series["queued_jobs"].iloc[-1] == 0
+
+
+def test_profiling_runs_count_as_busy_gpus_in_lucid_standalone():
+    """A run whose jobs all ended on lucid-standalone's profiling nodes showed gpu_util 0.0."""
+    import pandas as pd
+
+    from lucidd.metrics import busy_gpu_seconds
+    from orchestrator.simulation import with_runs
+
+    main = pd.DataFrame({"time": [0, 10, 20], "busy_gpus": [4.0, 8.0, 0.0], "queued_jobs": [1, 0, 0]})
+    both = with_runs(main, [(5, 15, 2), (12, 30, 1)])
+    assert busy_gpu_seconds(both, 30) == busy_gpu_seconds(main, 30) + 2 * 10 + 1 * 18
+    only = with_runs(pd.DataFrame(columns=["time", "busy_gpus", "queued_jobs"]), [(0, 100, 8)])
+    assert busy_gpu_seconds(only, 100) == 800
+    assert with_runs(main, []) is main
