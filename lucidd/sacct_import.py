@@ -485,11 +485,11 @@ def _sacct_time(t: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
 
 
-def fetch_live(runner, start: int, end: int) -> dict:
-    """Run sacct (and nothing else) through SlurmRunner for the window."""
-    argv = ["sacct", "--json", "--allusers", "--duplicates", "--starttime", _sacct_time(start),
+def live_argv(start: int, end: int) -> list:
+    """The one sacct command `--live` runs for the window (and names as the trace's source)."""
+    return ["sacct", "--json", "--allusers", "--duplicates", "--starttime", _sacct_time(start),
             "--endtime", _sacct_time(end)]
-    return runner.run_json(argv)
+
 
 
 def _write_csv(df: pd.DataFrame, path: str, flag: str) -> None:
@@ -532,8 +532,12 @@ def cmd_import_sacct(args, runner=None) -> int:
         now = int(time.time())
         end_q = end if end is not None else now
         start_q = start if start is not None else end_q - DEFAULT_LIVE_DAYS * 86400
-        source = f"sacct --json --starttime {_sacct_time(start_q)} --endtime {_sacct_time(end_q)}"
-        data = fetch_live(runner, start_q, end_q)
+        if start_q >= now:
+            raise SacctImportError(f"--start {args.start}: in the future (now is {_sacct_time(now)}): no job "
+                                   "has ended since")
+        argv = live_argv(start_q, end_q)
+        source = " ".join(argv)
+        data = runner.run_json(argv)
         start = start_q
         if args.vc_config_out and sinfo is None:
             sinfo = runner.run_json(["sinfo", "--json"])

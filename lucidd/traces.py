@@ -128,7 +128,7 @@ class LoadedTrace:
                 span += " (no wall-clock origin)"
             lines.append(
                 f"{span}; {self.jobs['vc'].nunique()} VCs; "
-                f"{self.jobs['gpu_num'].mul(self.jobs['duration']).sum() / 3600:.0f} GPU-hours"
+                + _gpu_hours(self.jobs['gpu_num'].mul(self.jobs['duration']).sum() / 3600)
             )
         if self.missing_inputs:
             lines.append("optional columns not in the file (fine, nothing is dropped): "
@@ -864,3 +864,9 @@ def _origin_and_seconds(ts: pd.Series, rows: _Rows) -> tuple[pd.Timestamp | None
         return None, np.zeros(len(ts), dtype=np.int64)
     origin = valid.min().normalize()  # midnight of the earliest submit's day
     return origin, _datetimes_to_seconds(ts, origin)
+
+
+def _gpu_hours(h: float) -> str:
+    """GPU-hours as a report line gives them: whole hours, tenths below 10 (a small test trace's
+    0.5 read as 0)."""
+    return f"{h:.1f} GPU-hours" if h < 10 else f"{h:.0f} GPU-hours"

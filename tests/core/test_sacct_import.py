@@ -347,7 +347,7 @@ def test_live_goes_through_slurm_runner(tmp_path, capsys):
     assert sacct[4] == "--starttime" and sacct[6] == "--endtime" and sinfo == ["sinfo", "--json"]
     assert len(pd.read_csv(tmp_path / "t.csv")) == 7 and set(pd.read_csv(tmp_path / "v.csv")["vc"]) == {
         "main", "research"}
-    assert "sacct --json --starttime" in capsys.readouterr().out
+    assert "sacct --json --allusers --duplicates --starttime" in capsys.readouterr().out
 
 
 # ----- the live cluster ------------------------------------------------------------------------
@@ -358,7 +358,7 @@ def test_live_import_from_the_test_cluster(slurm_cluster, tmp_path, capsys):
     rc = main(["import-sacct", "--live", "--start", "2000-01-01", "--out", str(trace), "--vc-config-out", str(vcs)])
     cap = capsys.readouterr()
     if rc == 2 and "no jobs to write" in cap.err:  # a fresh cluster with no finished GPU job yet
-        assert cap.err.startswith("lucidctl: error: sacct --json --starttime 2000-01-01T00:00:00")
+        assert cap.err.startswith("lucidctl: error: sacct --json --allusers --duplicates --starttime 2000-01-01T00:00:00")
         return
     assert rc == 0, cap.err
     t = load_trace(trace, "csv")
@@ -371,3 +371,18 @@ def test_live_import_from_the_test_cluster(slurm_cluster, tmp_path, capsys):
     assert set(t.jobs["job_id"]) <= set(direct["job_id"])
     cfg = pd.read_csv(vcs)
     assert set(cfg["vc"]) == set(t.jobs["vc"]) and (cfg["gpus_per_node"] == 8).all()
+
+
+def test_a_live_start_in_the_future_is_refused_before_sacct_runs(tmp_path):
+    """It passed on sacct's own "Start time ... requested is after end time"."""
+    from argparse import Namespace
+
+    from lucidd.sacct_import import cmd_import_sacct
+
+    runner = _FakeRunner()
+    args = Namespace(json_file=None, live=True, start="2999-01-01", end=None, sinfo_json=None,
+                     out=str(tmp_path / "t.csv"), vc_config_out=None, keep_cpu_jobs=False, default_vc="main",
+                     lucid_partitions=None, json=False)
+    with pytest.raises(SacctImportError, match=r"--start 2999-01-01: in the future"):
+        cmd_import_sacct(args, runner=runner)
+    assert runner.calls == []
