@@ -308,9 +308,7 @@ def _check_args(args) -> None:
     if getattr(args, "estimates", None) and not os.path.isfile(args.estimates):
         raise ConfigError(f"--estimates {args.estimates}: file not found")
     if getattr(args, "config", None):  # read whole before any replay: a bad key fails here, not after the trace
-        from .live.config import load_config
-
-        load_config(args.config)
+        _load_lucidd_config(args.config)
     if args.vc_config and not os.path.isfile(args.vc_config):
         raise ConfigError(f"--vc-config {args.vc_config}: file not found")
     if args.colocation:
@@ -335,8 +333,8 @@ def _check_cluster_args(args, exp) -> None:
     from orchestrator.simulation import option_defaults
     from profiler.lgf import carve_profiling_nodes
 
-    if hasattr(args, "variant"):  # tune
-        standalone = args.variant.startswith("lucid-standalone")
+    if hasattr(args, "variant"):  # tune: the Lucid tuned, or the reference it is judged against
+        standalone = args.variant.startswith("lucid-standalone") or args.reference.startswith("lucid-standalone")
     else:
         given = getattr(args, "policies", None)
         standalone = given is not None and any(p.strip().startswith("lucid-standalone") for p in given.split(","))
@@ -420,16 +418,40 @@ def _options_of_lucidd_config(path: str, exp, lucid_runs: bool = True) -> dict:
     """The replay options of a lucidd config file (its [profiler] and [ordering] keys, [daemon]
     interval_s), checked as lucidd checks them. lucid-standalone has four knobs of the same names
     (Tprof, Nprof, the starvation guard, aging) and reads them too."""
-    from orchestrator.slurm_mode import options_from_config
+    from orchestrator.slurm_mode import LIVE_OPTIONS, options_from_config
 
-    from .live.config import load_config
-
-    opts = options_from_config(load_config(path))
-    interval = opts["interval_s"]
-    if interval < 1 or interval != int(interval):  # the replay runs cycles at whole seconds
+    cfg, raw = _load_lucidd_config(path)
+    # only the keys the file sets: a missing one is lucidd's default, which `lucid` replays anyway,
+    # and lucid-standalone keeps its own
+    given = {(sec, key) for sec, keys in raw.items() if isinstance(keys, dict) for key in keys}
+    opts = {opt: v for opt, v in options_from_config(cfg).items()
+            if (opt in LIVE_OPTIONS and LIVE_OPTIONS[opt][:2] in given)
+            or (opt == "profiling" and ("profiler", "enabled") in given)
+            or (opt == "interval_s" and ("daemon", "interval_s") in given)}
+    interval = opts.get("interval_s")
+    if interval is not None and (interval < 1 or interval != int(interval)):  # the replay's cycles: whole seconds
         opts["interval_s"] = float(max(1, round(interval)))
         exp.notes.append(f"{path}: [daemon] interval_s {interval:g} replayed as {opts['interval_s']:g} s "
                          "(the replay's cycles are whole seconds)")
+    return _note_config(path, exp, lucid_runs, opts)
+
+
+def _load_lucidd_config(path: str):
+    """(Config, raw TOML dict) of `--config`, its errors naming the flag."""
+    import tomllib
+
+    from .live.config import load_config
+
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        raise ConfigError(f"--config {exc}") from None
+    with open(path, "rb") as f:  # load_config read it a moment ago
+        raw = tomllib.loads(f.read().decode("utf-8-sig"))
+    return cfg, raw
+
+
+def _note_config(path: str, exp, lucid_runs: bool, opts: dict) -> dict:
     if lucid_runs:
         exp.notes.append(f"lucid replays the [profiler], [ordering] and interval_s of {path} (lucid-standalone "
                          "its tprof_s, nprof_gpus, starvation_s and aging_halflife_s)")
@@ -522,7 +544,8 @@ def cmd_tune(args) -> int:
                      workers=args.workers, log=log, jitter_seeds=args.jitter_seeds, jitter_s=args.jitter_s,
                      min_gain=args.min_gain).run()
     proposal.context = {"trace": loaded.path, "format": loaded.fmt, "jobs": int(len(exp.trace)),
-                        "window": {"start": args.start, "end": args.end}, "cluster": exp.spec.describe()}
+                        "window": {"start": args.start, "end": args.end}, "cluster": exp.spec.describe(),
+                        "notes": list(exp.notes)}
     out.clear()
     d = write_proposal(proposal, args.out)
     out.finish({"trace": loaded.path, "format": loaded.fmt, "jobs": int(len(exp.trace)),

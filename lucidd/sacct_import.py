@@ -533,8 +533,9 @@ def cmd_import_sacct(args, runner=None) -> int:
         end_q = end if end is not None else now
         start_q = start if start is not None else end_q - DEFAULT_LIVE_DAYS * 86400
         if start_q >= now:
-            raise SacctImportError(f"--start {args.start}: in the future (now is {_sacct_time(now)}): no job "
-                                   "has ended since")
+            what = (f"--start {args.start}" if start is not None else
+                    f"--end {args.end}: the start it implies ({DEFAULT_LIVE_DAYS} days before, {_sacct_time(start_q)})")
+            raise SacctImportError(f"{what}: in the future (now is {_sacct_time(now)}): no job has ended since")
         argv = live_argv(start_q, end_q)
         source = " ".join(argv)
         data = runner.run_json(argv)

@@ -84,7 +84,20 @@ PROFILER_KEYS = ("tprof", "prof_long_tprof", "prof_capacity_gpus", "skip_when_fr
 
 
 def lucidd_space(exp: Experiment) -> list[TunableParam]:
+    from lucidd.errors import ConfigError
+
+    from .slurm_mode import live_config
+
     gpus = exp.spec.total_gpus
+    ppd = exp.options.get("points_per_doubling")
+
+    def fits(halflife):  # lucidd refuses an aging half-life whose SiteFactor would overflow
+        try:
+            live_config({"points_per_doubling": ppd, "aging_halflife_s": halflife})
+            return True
+        except ConfigError:
+            return False
+
     # 0 = automatic (max(Nprof, 3 % of the GPUs)); then 1.5 %, 6 % and 10 % of the GPUs
     capacity = sorted({0} | {max(1, round(gpus * f)) for f in (0.015, 0.06, 0.10)})
     return [
@@ -97,7 +110,8 @@ def lucidd_space(exp: Experiment) -> list[TunableParam]:
         TunableParam("profiling", (1, 0), {}, "[profiler] enabled"),
         TunableParam("starvation_s", tuple(h * HOUR for h in (6, 12, 24, 48, 96)), {}, "[ordering] starvation_s"),
         TunableParam("starving_halflife_s", (0, 1800, 3600, 7200), {}, "[ordering] starving_halflife_s"),
-        TunableParam("aging_halflife_s", tuple(h * HOUR for h in (24, 48, 96, 0)), {}, "[ordering] aging_halflife_s"),
+        TunableParam("aging_halflife_s", tuple(v for v in (h * HOUR for h in (24, 48, 96, 0)) if fits(v)), {},
+                     "[ordering] aging_halflife_s"),
     ]
 
 
@@ -204,6 +218,10 @@ def replay_metrics(exp: Experiment, policy: str, params: dict) -> dict:
 
 def _simulate(policy: str, params: dict) -> dict:
     """Metrics of one parameter set: the mean over the window and its jittered copies."""
+    if "profiling" in params and not policy.startswith("lucid-standalone"):
+        # the set's own on/off decides: a `--cprof 0` given as the current value would force every
+        # replay off (slurm_mode.live_config), `profiling=1` included
+        params = {**params, "cprof": None}
     runs = [replay_metrics(exp, policy, params) for exp in _EXPS]
     return {k: float(np.mean([r[k] for r in runs])) for k in METRICS}
 
@@ -318,6 +336,10 @@ class Tuner:
                         why = (f"{param.name}={chosen}: lowest avg JCT ({_jct_words(table, smooth, i)}) among the "
                                f"{int(ok.sum())}/{len(param.grid)} values whose p99.9 and average queueing delay are "
                                f"no worse than {self.reference_policy}'s")
+                elif stay_ok:  # only the current value, off the grid, keeps them
+                    chosen = stay
+                    why = (f"{param.name}={stay}: kept; it keeps p99.9 and average queueing within "
+                           f"{self.reference_policy}'s, and no value of the grid does")
                 else:
                     # Least total relative excess over the reference's tail and average queueing,
                     # then the lowest average JCT.

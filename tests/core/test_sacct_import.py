@@ -386,3 +386,15 @@ def test_a_live_start_in_the_future_is_refused_before_sacct_runs(tmp_path):
     with pytest.raises(SacctImportError, match=r"--start 2999-01-01: in the future"):
         cmd_import_sacct(args, runner=runner)
     assert runner.calls == []
+
+
+def test_an_end_far_ahead_without_start_names_end(tmp_path):
+    from argparse import Namespace
+
+    from lucidd.sacct_import import cmd_import_sacct
+
+    args = Namespace(json_file=None, live=True, start=None, end="2999-01-01", sinfo_json=None,
+                     out=str(tmp_path / "t.csv"), vc_config_out=None, keep_cpu_jobs=False, default_vc="main",
+                     lucid_partitions=None, json=False)
+    with pytest.raises(SacctImportError, match=r"^--end 2999-01-01: the start it implies \(30 days before"):
+        cmd_import_sacct(args, runner=_FakeRunner())

@@ -212,3 +212,52 @@ def test_the_text_gives_the_toml_lines_and_asks_for_more_replays_before_applying
     assert "lucidd.toml" not in format_proposal(p)  # nothing to change
     p = Proposal("slurm", m, {"gss": 2}, m, {"gss": 1}, m, True, ["x"], [], {}, variant="lucid-standalone")
     assert p.to_dict()["config_changes"] == {} and "lucidd.toml" not in format_proposal(p)
+
+
+def test_cprof_zero_as_the_current_value_does_not_switch_every_replay_off(small_experiment):
+    """`tune --cprof 0` left cprof 0 in the options, and slurm_mode turned profiling off for the
+    grid's `profiling=1` point too: the tuner could never propose profiling on."""
+    from orchestrator.tuner import _simulate
+    import orchestrator.tuner as tuner
+
+    exp = small_experiment
+    exp.options["cprof"] = 0
+    try:
+        tuner._EXPS = [exp]
+        on, off = _simulate("lucid", {"profiling": 1}), _simulate("lucid", {"profiling": 0})
+        assert on["profiler_finished"] > 0 and off["profiler_finished"] == 0
+        assert Tuner(exp, space=[TunableParam("profiling", (1, 0))], workers=1).current_params() == {"profiling": 0}
+    finally:
+        exp.options.pop("cprof")
+
+
+def test_the_aging_grid_leaves_out_half_lives_lucidd_would_refuse(small_experiment):
+    from orchestrator.tuner import lucidd_space
+
+    exp = small_experiment
+    exp.options["points_per_doubling"] = 100_000
+    try:
+        (aging,) = [p for p in lucidd_space(exp) if p.name == "aging_halflife_s"]
+    finally:
+        exp.options.pop("points_per_doubling")
+    # 24 h would overflow SiteFactor within 30 years at 100,000 points per doubling (lucidd refuses it)
+    assert aging.grid == (172800, 345600, 0)
+    (aging,) = [p for p in lucidd_space(exp) if p.name == "aging_halflife_s"]
+    assert aging.grid == (86400, 172800, 345600, 0)
+
+
+def test_a_config_sets_only_the_keys_it_names(tmp_path):
+    """A file with only [daemon] keys changed lucid-standalone's Tprof, guard and aging to lucidd's
+    defaults; and a config error names --config."""
+    from lucidd.cli import _options_of_lucidd_config
+    from lucidd.errors import ConfigError
+
+    class Exp:
+        notes = []
+
+    toml = tmp_path / "l.toml"
+    toml.write_text("[daemon]\nlog_level = \"debug\"\n[ordering]\nstarvation_s = 7200\n")
+    assert _options_of_lucidd_config(str(toml), Exp()) == {"starvation_s": 7200}
+    toml.write_text("[profiler]\nbogus = 1\n")
+    with pytest.raises(ConfigError, match=r"^--config .*l\.toml: \[profiler\] bogus"):
+        _options_of_lucidd_config(str(toml), Exp())
