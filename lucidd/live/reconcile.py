@@ -413,9 +413,10 @@ class Reconciler:
         r.phase = "done"
         r.end_time = (j.end_time if j is not None else None) or now
         r.final_state = j.state if j is not None else "GONE"
-        # Slurm gives a job cancelled while pending a start time equal to its end: it never ran
-        never_ran = (j is not None and r.start_time is None and j.state == "CANCELLED" and j.end_time is not None
-                     and j.start_time is not None and j.start_time >= j.end_time)
+        # Slurm gives a job that ended while pending (scancel, or past its --deadline) a start time
+        # equal to its end: it never ran
+        never_ran = (j is not None and r.start_time is None and j.state in ("CANCELLED", "DEADLINE")
+                     and j.end_time is not None and j.start_time is not None and j.start_time >= j.end_time)
         if j is not None and j.start_time and not never_ran:
             r.start_time = r.start_time or j.start_time
             r.partition_ran = j.partition

@@ -311,3 +311,9 @@ def test_a_job_cancelled_while_it_waits_is_not_said_to_have_started(cluster):
     story = explain_data(cfg, store, 95)["story"]
     assert not any(line.startswith("started") for line in story), story
     assert any("CANCELLED" in line for line in story)
+    slurm.submit(96, partition="main", gpus=1)  # a --deadline that passed while it waited
+    run_cycles(rec, clock, 20)
+    j = slurm.jobs[96]
+    j.state, j.start_time, j.end_time = "DEADLINE", int(clock.t), int(clock.t)
+    run_cycles(rec, clock, 10)
+    assert store.job(96).phase == "done" and store.job(96).start_time is None
