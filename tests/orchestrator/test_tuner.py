@@ -261,3 +261,52 @@ def test_a_config_sets_only_the_keys_it_names(tmp_path):
     toml.write_text("[profiler]\nbogus = 1\n")
     with pytest.raises(ConfigError, match=r"^--config .*l\.toml: \[profiler\] bogus"):
         _options_of_lucidd_config(str(toml), Exp())
+
+
+@pytest.fixture
+def scripted(monkeypatch, small_experiment):
+    """A Tuner whose replays return scripted metrics: {tprof value: (avg JCT, p99.9, avg queue)};
+    the reference ("slurm") replays as 1000 / 100 / 10."""
+    import orchestrator.tuner as tuner
+
+    def run(table, current, grid, min_gain=0.01):
+        def fake(policy, params):
+            if policy == "slurm":
+                jct, tail, queue = 1000.0, 100.0, 10.0
+            else:
+                jct, tail, queue = table[params["tprof"]]
+            return {"avg_jct_s": jct, "avg_queue_s": queue, "p999_queue_s": tail, "profiler_finished": 0.0,
+                    "packed_jobs": 0.0}
+
+        monkeypatch.setattr(tuner, "_simulate", fake)
+        small_experiment.options["tprof"] = current
+        try:
+            return Tuner(small_experiment, space=[TunableParam("tprof", grid)], workers=1, min_gain=min_gain).run()
+        finally:
+            small_experiment.options.pop("tprof")
+
+    return run
+
+
+def test_choice_rules_on_scripted_replays(scripted):
+    ok = lambda jct: (jct, 90.0, 9.0)  # noqa: E731 - within the reference's tail and queue
+    bad = lambda jct, tail: (jct, tail, 9.0)  # noqa: E731
+    # a 0.5 % gain is not worth a change at min_gain 1 %; 2 % is
+    p = scripted({300: ok(995.0), 600: ok(1000.0)}, 600, (300, 600))
+    assert p.proposed_params["tprof"] == 600 and "not more than the 1.0%" in p.reasons[0]
+    p = scripted({300: ok(980.0), 600: ok(1000.0)}, 600, (300, 600))
+    assert p.proposed_params["tprof"] == 300
+    # nothing feasible: the smallest excess wins if it cuts the excess by more than a point
+    p = scripted({300: bad(1000.0, 120.0), 600: bad(1000.0, 150.0)}, 600, (300, 600))
+    assert p.proposed_params["tprof"] == 300 and not p.feasible
+    p = scripted({300: bad(1000.0, 149.5), 600: bad(1000.0, 150.0)}, 600, (300, 600))
+    assert p.proposed_params["tprof"] == 600 and "does not gain more than" in p.reasons[0]
+    # a current value off the grid that replays best is kept, and the reason says so
+    p = scripted({300: ok(1010.0), 600: ok(1020.0), 450: ok(1000.0)}, 450, (300, 600))
+    assert p.proposed_params["tprof"] == 450 and "replays better than every other value" in p.reasons[0]
+    # ... and one that alone keeps the tail
+    p = scripted({300: bad(900.0, 150.0), 600: bad(900.0, 150.0), 450: ok(1000.0)}, 450, (300, 600))
+    assert p.proposed_params["tprof"] == 450 and p.feasible and "no value of the grid does" in p.reasons[0]
+    # an off-grid current value with a smaller excess than every grid value
+    p = scripted({300: bad(900.0, 150.0), 600: bad(900.0, 160.0), 450: bad(1000.0, 110.0)}, 450, (300, 600))
+    assert p.proposed_params["tprof"] == 450 and "is the smallest" in p.reasons[0]
