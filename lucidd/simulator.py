@@ -323,7 +323,7 @@ def simulate(jobs: list[Job], spec: ClusterSpec, policy_factory: Callable[[str],
         if sim.events:
             ev = np.asarray(sim.events, dtype=np.int64)
             series_parts.append(pd.DataFrame({"time": ev[:, 0], "vc": vc_name, "busy_gpus": ev[:, 1], "queued_jobs": ev[:, 2]}))
-    return SimulationResult(name or "policy", results_frame(jobs), _merge_series(series_parts), spec.total_gpus)
+    return SimulationResult(name or "policy", results_frame(jobs), merge_series(series_parts), spec.total_gpus)
 
 
 def results_frame(jobs: list[Job]) -> pd.DataFrame:
@@ -348,7 +348,7 @@ def results_frame(jobs: list[Job]) -> pd.DataFrame:
     return df.sort_values(["submit_time", "job_id"], kind="stable").reset_index(drop=True)
 
 
-def _merge_series(parts: list[pd.DataFrame]) -> pd.DataFrame:
+def merge_series(parts: list[pd.DataFrame]) -> pd.DataFrame:
     """Cluster-wide step series: per VC values carried forward, summed over VCs."""
     if not parts:
         return pd.DataFrame(columns=["time", "busy_gpus", "queued_jobs"])

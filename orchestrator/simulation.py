@@ -287,21 +287,12 @@ def with_runs(series: pd.DataFrame, runs) -> pd.DataFrame:
     in `series`)."""
     if not runs:
         return series
-    starts = np.array([r[0] for r in runs], dtype=np.int64)
-    ends = np.array([r[1] for r in runs], dtype=np.int64)
-    gpus = np.array([r[2] for r in runs], dtype=float)
-    t0 = series["time"].to_numpy(dtype=np.int64) if len(series) else np.empty(0, dtype=np.int64)
-    times = np.unique(np.concatenate([t0, starts, ends]))
-    order = np.argsort(starts, kind="stable")
-    started = np.concatenate([[0.0], np.cumsum(gpus[order])])[np.searchsorted(starts[order], times, side="right")]
-    order = np.argsort(ends, kind="stable")
-    ended = np.concatenate([[0.0], np.cumsum(gpus[order])])[np.searchsorted(ends[order], times, side="right")]
-    at = np.searchsorted(t0, times, side="right") - 1  # the main series' step in force at each time
-    busy = series["busy_gpus"].to_numpy(dtype=float) if len(series) else np.empty(0)
-    queued = series["queued_jobs"].to_numpy(dtype=float) if len(series) else np.empty(0)
-    main_busy = np.where(at >= 0, busy[np.clip(at, 0, None)] if len(busy) else 0.0, 0.0)
-    main_queued = np.where(at >= 0, queued[np.clip(at, 0, None)] if len(queued) else 0.0, 0.0)
-    return pd.DataFrame({"time": times, "busy_gpus": main_busy + started - ended, "queued_jobs": main_queued})
+    from lucidd.simulator import merge_series
+
+    deltas = pd.DataFrame([(s, g) for s, _, g in runs] + [(e, -g) for _, e, g in runs], columns=["time", "d"])
+    busy = deltas.groupby("time")["d"].sum().cumsum()
+    runs_series = pd.DataFrame({"time": busy.index, "busy_gpus": busy.to_numpy(), "queued_jobs": 0})
+    return merge_series([series, runs_series])
 
 
 def default_profiler_nodes(spec) -> int:
