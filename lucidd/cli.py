@@ -438,17 +438,12 @@ def _options_of_lucidd_config(path: str, exp, lucid_runs: bool = True) -> dict:
 
 def _load_lucidd_config(path: str):
     """(Config, raw TOML dict) of `--config`, its errors naming the flag."""
-    import tomllib
-
-    from .live.config import load_config
+    from .live.config import load_config_and_toml
 
     try:
-        cfg = load_config(path)
+        return load_config_and_toml(path)
     except ConfigError as exc:
         raise ConfigError(f"--config {exc}") from None
-    with open(path, "rb") as f:  # load_config read it a moment ago
-        raw = tomllib.loads(f.read().decode("utf-8-sig"))
-    return cfg, raw
 
 
 def _note_config(path: str, exp, lucid_runs: bool, opts: dict) -> dict:

@@ -242,6 +242,20 @@ def config_from_dict(raw: dict, path: str | None = None) -> Config:
 
 
 def load_config(path: str) -> Config:
+    return load_config_and_toml(path)[0]
+
+
+def load_config_and_toml(path: str) -> tuple[Config, dict]:
+    """The checked Config and the file's own TOML (which keys it sets: `simulate --config`)."""
+    raw = read_toml(path)
+    try:
+        return config_from_dict(raw, path), raw
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def read_toml(path: str) -> dict:
+    """A config file's TOML as a dict, its read and parse errors as one-line ConfigErrors."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -258,7 +272,4 @@ def load_config(path: str) -> Config:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    try:
-        return config_from_dict(raw, path)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    return raw
