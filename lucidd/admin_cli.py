@@ -173,13 +173,13 @@ def queue_text(d: dict) -> list:
 
 
 def _brief(r) -> dict:
+    # a partition Slurm refuses or one the job may not use: it waits until an admin or its owner acts
+    attention = _needs_attention(r)
     return {"job_id": r.job_id, "user": r.user, "name": r.name, "gpus": r.gpus, "partition": r.target_partition,
             "phase": r.phase, "profile": r.profile, "submitted": r.original_submit, "estimate_s": r.estimate_s,
             "estimate_source": r.estimate_source, "site_factor": r.site_factor, "rank": r.queue_rank,
             "reason": r.order_reason if r.phase == "released" else r.profile_reason,
-            # a partition Slurm refuses or one the job may not use: it waits until an admin or its owner acts
-            "needs_attention": _needs_attention(r),
-            "attention_reason": r.profile_reason if _needs_attention(r) else None}
+            "needs_attention": attention, "attention_reason": r.profile_reason if attention else None}
 
 
 def explain_data(cfg, store, job_id) -> dict:
