@@ -150,6 +150,9 @@ def load_window(spec: WindowSpec, nodes) -> tuple[pd.DataFrame, list]:
     from lucidd.traces import load_trace
 
     loaded = load_trace(spec.trace, spec.fmt, start=spec.start, end=spec.end)
+    # Limits come from --limit-rule on both sides (the sbatch -t and the prediction): a trace's own
+    # time_limit column (import-sacct) is set aside, so the two cannot differ by Slurm's minute rounding.
+    loaded.jobs = loaded.jobs.drop(columns="time_limit", errors="ignore")
     max_s = None if spec.max_duration_h is None else int(round(spec.max_duration_h * 3600))
     return select_window(loaded.jobs, nodes, vc=spec.vc, jobs=spec.jobs, max_duration_s=max_s)
 

@@ -15,6 +15,7 @@ import pandas as pd
 from .cluster import ClusterSpec, check_trace_fits, load_vc_config, scale_cluster, size_cluster_from_trace
 from .errors import ConfigError
 from .estimates import history_estimates, load_estimates
+from .jobs import within_limit
 from .metrics import SUMMARY_COLUMNS, summarize
 from .policies.baselines import BASELINES
 from .simulator import SimHooks, SimulationResult, jobs_from_frame, simulate
@@ -67,6 +68,14 @@ class Experiment:
             self._history = hist.astype(float)
         return self._history
 
+    def slurm_options(self) -> dict:
+        """The options Slurm's engine is built from (`SlurmBackfill.from_options`): the experiment's,
+        plus the smallest time limit a job of the trace brings itself (its time_limit column)."""
+        opts = dict(self.options)
+        if "time_limit" in self.trace and self.trace["time_limit"].notna().any():
+            opts["min_time_limit_s"] = int(self.trace["time_limit"].min())
+        return opts
+
     def run(self, policy: str, on_progress=None) -> SimulationResult:
         _load_plugins()
         jobs = jobs_from_frame(self.trace)
@@ -75,10 +84,11 @@ class Experiment:
                 est = self.base_estimates()
                 by_id = dict(zip(self.trace["job_id"], est))
                 for j in jobs:
-                    j.estimate = by_id[j.job_id]
+                    j.estimate = within_limit(by_id[j.job_id], j.time_limit)
             cls = BASELINES[policy]
             make = getattr(cls, "from_options", None)  # policies with options (slurm: --limit-rule)
-            factory = (lambda vc: make(self.options)) if make else (lambda vc: cls())
+            options = self.slurm_options()
+            factory = (lambda vc: make(options)) if make else (lambda vc: cls())
             return simulate(jobs, self.spec, factory, on_progress=on_progress, policy_name=policy)
         if policy in POLICY_BUILDERS:
             return POLICY_BUILDERS[policy](self, jobs, on_progress)

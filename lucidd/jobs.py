@@ -20,7 +20,7 @@ class Job:
     __slots__ = (
         # known at submission
         "job_id", "vc", "gpu_num", "submit_time", "duration", "seq", "user", "name", "cpu_num",
-        "state", "profile",
+        "state", "profile", "time_limit",
         # model outputs attached before/while scheduling
         "estimate", "share_score", "attrs",
         # scheduling state (owned by the backend)
@@ -29,7 +29,7 @@ class Job:
     )
 
     def __init__(self, job_id, vc, gpu_num, submit_time, duration, seq, user="", name="", cpu_num=0,
-                 state="", profile=None):
+                 state="", profile=None, time_limit=None):
         self.job_id = job_id
         self.vc = vc
         self.gpu_num = int(gpu_num)
@@ -41,6 +41,10 @@ class Job:
         self.cpu_num = int(cpu_num)
         self.state = state
         self.profile = profile  # dict of workload metrics (gpu_util, gmem_util, gmem, amp, model...) or None
+        # the user's own Slurm time limit in seconds (a live job's, or a trace's time_limit column);
+        # None when none is known. Never a modelled one: those stand in for users' limits only in
+        # the `slurm` engine's backfill, and are not information a scheduler may use.
+        self.time_limit = time_limit
         self.estimate = None  # predicted duration in seconds, set by an estimator
         self.share_score = None  # 0 Tiny / 1 Medium / 2 Jumbo, set by the packing model
         self.attrs = {}
@@ -79,3 +83,14 @@ def ticks_to_finish(remain: float, rate: float) -> int:
         raise ValueError("a running job must progress (rate > 0)")
     # Guard against float noise turning 3.0000000001 into 4 ticks.
     return max(0, math.ceil(remain / rate - 1e-9))
+
+
+def within_limit(estimate, time_limit):
+    """A duration estimate capped at the job's own time limit (seconds; None: no limit known).
+
+    Slurm ends a job at its limit, so no estimate above it can be right: every scheduler that
+    orders by estimates (QSSF, Lucid live and in simulation) reads this one. A job without a
+    limit, or without an estimate, keeps what it has."""
+    if estimate is None or not time_limit or not estimate > time_limit:
+        return estimate
+    return float(time_limit)

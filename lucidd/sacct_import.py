@@ -26,6 +26,9 @@ The rules, in the order they are applied:
 * GPUs = the allocated `gres/gpu` TRES of that run, else the requested one. Jobs with no GPU are
   dropped (`cpu-only job`) unless `keep_cpu_jobs`, which keeps them as 1-GPU jobs (the simulator
   only models GPUs; the csv format needs gpu_num >= 1) with `gpus_recorded` = 0.
+* time_limit = the time limit of that run in seconds (sacct's `time.limit` minutes x 60), empty
+  when it ran UNLIMITED. The simulator's Slurm plans backfill with it (instead of a modelled
+  limit) and every estimate is capped at it.
 * Times are written as ISO-8601 UTC (`2026-11-23T18:05:38Z`); `start`/`end` keep the jobs
   submitted in [start, end) (`outside window`).
 * Names are taken as slurmdbd stored them: it turns `"` into a backtick and, depending on the
@@ -57,9 +60,11 @@ UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", 
                                "SIGNALING", "STAGE_OUT", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
                                "REQUEUED_HOLD", "STOPPED"})
 
-#: columns of the written trace (lucidd's generic csv format; the last ones are ignored by the loader).
+#: columns of the written trace (lucidd's generic csv format; run_start .. gpus_recorded are for people
+#: and are ignored by the loader; time_limit, in seconds, empty for none, is read: Slurm's backfill
+#: plans with it and estimates are capped at it).
 TRACE_COLUMNS = ("job_id", "submit_time", "duration", "gpu_num", "cpu_num", "vc", "user", "name", "state",
-                 "run_start", "run_end", "account", "requeues", "gpus_recorded")
+                 "run_start", "run_end", "account", "requeues", "gpus_recorded", "time_limit")
 
 #: default window of `--live` without --start: the last 30 days.
 DEFAULT_LIVE_DAYS = 30
@@ -88,6 +93,7 @@ class ImportReport:
     last_submit: int | None = None
     gpu_hours: float = 0.0
     vcs: dict = field(default_factory=dict)  # vc -> jobs
+    with_limit: int = 0  # jobs written with a time limit (the others ran UNLIMITED)
     notes: list = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -97,6 +103,10 @@ class ImportReport:
             out.append(f"submitted {_iso(self.first_submit)} .. {_iso(self.last_submit)}; "
                        f"{len(self.vcs)} VCs ({', '.join(f'{k}: {v}' for k, v in self.vcs.items())}); "
                        f"{self.gpu_hours:,.1f} GPU-hours")
+        if self.jobs:
+            out.append(f"time limits: {self.with_limit} of {self.jobs} jobs have one (time_limit; the simulator's "
+                       "Slurm plans with it, and estimates are capped at it); the others ran with none "
+                       "(UNLIMITED), and the simulator models theirs (--limit-rule)")
         if self.requeued:
             out.append(f"{self.requeued} requeued job(s): {self.extra_runs} earlier run(s) merged (first submit, "
                        "last run)")
@@ -119,7 +129,7 @@ class ImportReport:
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("source", "records", "jobs", "dropped", "requeued", "extra_runs",
                                            "vc_from_request", "vc_default", "vc_lucid_left", "ids_reused",
-                                           "cpu_jobs_kept", "vcs", "notes")}
+                                           "cpu_jobs_kept", "vcs", "with_limit", "notes")}
         d["gpu_hours"] = round(self.gpu_hours, 3)
         d["first_submit"] = _iso(self.first_submit) if self.first_submit is not None else None
         d["last_submit"] = _iso(self.last_submit) if self.last_submit is not None else None
@@ -188,6 +198,7 @@ class _Run:
     account: str
     admin_comment: str
     order: int  # position in the file (ties)
+    limit_s: int | None = None  # the run's time limit (sacct's minutes, in seconds); None: UNLIMITED
 
 
 def _read_run(rec: dict, order: int) -> _Run:
@@ -214,7 +225,16 @@ def _read_run(rec: dict, order: int) -> _Run:
                 submit=json_time(t.get("submission")), start=json_time(t.get("start")), end=json_time(t.get("end")),
                 state=_state(rec), partition=str(rec.get("partition") or ""), gpus=gpus, cpus=cpus,
                 user=str(rec.get("user") or assoc.get("user") or ""), name=str(rec.get("name") or ""),
-                account=str(rec.get("account") or ""), admin_comment=str(admin or ""), order=order)
+                account=str(rec.get("account") or ""), admin_comment=str(admin or ""), order=order,
+                limit_s=_limit_s(t.get("limit")))
+
+
+def _limit_s(minutes) -> int | None:
+    """sacct's time limit (minutes; null, or a huge NO_VAL/INFINITE number, for none) in seconds."""
+    m = json_int(minutes)
+    if m is None or m <= 0 or m >= 0xFFFFFFFE:
+        return None
+    return int(m) * 60
 
 
 def _group_runs(runs: list[_Run]) -> list[list[_Run]]:
@@ -359,6 +379,8 @@ def sacct_json_to_trace(data: dict, *, source: str = "sacct --json", start: int 
             "gpu_num": int(gpus), "cpu_num": int(run.cpus or last.cpus), "vc": vc, "user": last.user or first.user,
             "name": last.name or first.name, "state": last.state, "run_start": _iso(run.start),
             "run_end": _iso(run.end), "account": last.account, "requeues": len(g) - 1, "gpus_recorded": recorded,
+            # the limit of the run that counted (the user's own; lucidd's moves keep it)
+            "time_limit": run.limit_s if run.limit_s is not None else last.limit_s,
             "_submit": submit,
         })
     df = pd.DataFrame(rows, columns=[*TRACE_COLUMNS, "_submit"])
@@ -370,6 +392,8 @@ def sacct_json_to_trace(data: dict, *, source: str = "sacct --json", start: int 
     df = df.drop(columns="_submit")
     for c in ("duration", "gpu_num", "cpu_num", "requeues", "gpus_recorded"):
         df[c] = df[c].astype("int64")
+    df["time_limit"] = df["time_limit"].astype("Int64")  # empty cell: no limit (UNLIMITED)
+    rep.with_limit = int(df["time_limit"].notna().sum())
     rep.jobs = len(df)
     order = ("unreadable record", "no submit time", "outside window", "not finished", "never started",
              "bad start/end times", "cpu-only job")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -280,6 +281,14 @@ class SimulationResult:
     extra: dict = field(default_factory=dict)
 
 
+def job_time_limit(limit, duration) -> int | None:
+    """A trace job's time limit in whole seconds, None when unknown; never below its duration: a
+    job that ran past its limit (Slurm's OverTimeLimit, the kill grace) had at least that long."""
+    if limit is None or limit != limit:  # NaN: no limit known
+        return None
+    return max(int(math.ceil(limit)), int(duration), 1)
+
+
 def jobs_from_frame(df: pd.DataFrame) -> list[Job]:
     """Turn a canonical trace frame (lucidd.traces) into Job objects, in (submit_time, seq) order."""
     df = df.sort_values(["submit_time", "seq"], kind="stable")
@@ -287,6 +296,7 @@ def jobs_from_frame(df: pd.DataFrame) -> list[Job]:
     cols = {c: df[c].tolist() for c in ("job_id", "vc", "gpu_num", "submit_time", "duration", "seq")}
     opt = {c: (df[c].tolist() if c in df else None) for c in ("user", "name", "cpu_num", "state")}
     profiles = df[profile_cols].to_dict("records") if profile_cols else None
+    limits = df["time_limit"].tolist() if "time_limit" in df else None
     out = []
     for k in range(len(df)):
         out.append(Job(
@@ -297,6 +307,7 @@ def jobs_from_frame(df: pd.DataFrame) -> list[Job]:
             cpu_num=opt["cpu_num"][k] if opt["cpu_num"] is not None else 0,
             state=opt["state"][k] if opt["state"] is not None else "",
             profile=profiles[k] if profiles is not None else None,
+            time_limit=job_time_limit(limits[k], cols["duration"][k]) if limits is not None else None,
         ))
     return out
 

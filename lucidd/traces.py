@@ -37,6 +37,7 @@ __all__ = [
     "WORKLOAD_COLUMNS",
     "WORKLOAD_NUMERIC_COLUMNS",
     "CANONICAL_COLUMNS",
+    "TIME_LIMIT_COLUMN",
     "VENUS_ORIGIN",
     "LoadedTrace",
     "detect_format",
@@ -49,6 +50,11 @@ FORMATS = ("venus", "helios", "philly", "csv")
 WORKLOAD_COLUMNS = ("model", "dataset", "batchsize", "amp", "speed", "gpu_util", "gmem_util", "gmem")
 WORKLOAD_NUMERIC_COLUMNS = ("batchsize", "amp", "speed", "gpu_util", "gmem_util", "gmem")
 WORKLOAD_TEXT_COLUMNS = ("model", "dataset")
+
+# The user's Slurm time limit in seconds (optional; `lucidctl import-sacct` writes it). Slurm's
+# backfill plans with it, and every estimate is capped at it; an empty cell is "no limit known"
+# (the simulator then models one: --limit-rule).
+TIME_LIMIT_COLUMN = "time_limit"
 
 # Canonical columns, always present, in this order (the workload columns follow when present).
 CANONICAL_COLUMNS = (
@@ -92,7 +98,8 @@ class LoadedTrace:
     """A validated trace in canonical form.
 
     ``jobs`` has the columns of :data:`CANONICAL_COLUMNS` (plus :data:`WORKLOAD_COLUMNS` when the
-    file has any of them), sorted stably by ``submit_time``.
+    file has any of them, then ``time_limit`` when the file has it: seconds, NaN where unknown),
+    sorted stably by ``submit_time``.
     """
 
     jobs: pd.DataFrame
@@ -130,6 +137,14 @@ class LoadedTrace:
                 f"{span}; {self.jobs['vc'].nunique()} VCs; "
                 + _gpu_hours(self.jobs['gpu_num'].mul(self.jobs['duration']).sum() / 3600)
             )
+        if TIME_LIMIT_COLUMN in self.jobs and len(self.jobs):
+            lim = self.jobs[TIME_LIMIT_COLUMN]
+            known = int(lim.notna().sum())
+            below = int((lim < self.jobs["duration"]).sum())
+            lines.append(f"time limits: {known} of {len(self.jobs)} jobs have one (the time_limit column; "
+                         "the others get a modelled one, --limit-rule)"
+                         + (f"; {below} job(s) ran past theirs (Slurm's OverTimeLimit, the kill grace): "
+                            "their limit counts as the duration they ran" if below else ""))
         if self.missing_inputs:
             lines.append("optional columns not in the file (fine, nothing is dropped): "
                          + "; ".join(f"{m} ({_MISSING_MEANS.get(m, 'not used')})" for m in self.missing_inputs))
@@ -777,6 +792,18 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
             else:
                 workload[c] = None
 
+    # ---- time limit ----------------------------------------------------------------------------------
+    limit = None
+    if TIME_LIMIT_COLUMN in df.columns:
+        raw_lim = df[TIME_LIMIT_COLUMN]
+        # sacct's and scontrol's spellings of "no limit" are no limit known, not an error
+        unlimited = raw_lim.astype(str).str.strip().str.lower().isin(("unlimited", "infinite")).to_numpy()
+        raw_lim = raw_lim.where(~unlimited, None)
+        limit = _numeric(rows, raw_lim, TIME_LIMIT_COLUMN, required=False,
+                         what="a time limit in seconds >= 1 (empty: none known)")
+        rows.bad(~np.isnan(limit) & (np.nan_to_num(limit, nan=1.0) < 1), "invalid time_limit", TIME_LIMIT_COLUMN,
+                 raw_lim, lambda v: f"time_limit must be seconds >= 1 (empty: none known), got {_show(v)}")
+
     # ---- duplicate job ids (among surviving rows) ----------------------------------------------
     if not gen_ids:
         dup = job_id.where(rows.alive).duplicated(keep="first").to_numpy() & rows.alive
@@ -818,13 +845,16 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
                 out[c] = (v if v is not None else pd.Series("", index=df.index)).to_numpy(dtype=object)
             else:
                 out[c] = v if v is not None else np.full(n, np.nan)
+    if limit is not None:
+        out[TIME_LIMIT_COLUMN] = np.ceil(limit)
 
     jobs = pd.DataFrame({k: (np.asarray(v)[keep]) for k, v in out.items()})
     order = np.argsort(jobs["submit_time"].to_numpy(), kind="stable")
     jobs = jobs.iloc[order].reset_index(drop=True)
     jobs["seq"] = np.arange(len(jobs), dtype=np.int64)
 
-    cols = list(CANONICAL_COLUMNS) + (list(WORKLOAD_COLUMNS) if workload_present else [])
+    cols = list(CANONICAL_COLUMNS) + (list(WORKLOAD_COLUMNS) if workload_present else []) \
+        + ([TIME_LIMIT_COLUMN] if limit is not None else [])
     jobs = jobs[cols]
     for c in ("job_id", "user", "vc", "state", "name") + (WORKLOAD_TEXT_COLUMNS if workload_present else ()):
         jobs[c] = jobs[c].astype(str)
@@ -833,6 +863,8 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
     if workload_present:
         for c in WORKLOAD_NUMERIC_COLUMNS:
             jobs[c] = jobs[c].astype(np.float64)
+    if limit is not None:
+        jobs[TIME_LIMIT_COLUMN] = jobs[TIME_LIMIT_COLUMN].astype(np.float64)
 
     missing_inputs = []
     if "user" not in df.columns:

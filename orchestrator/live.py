@@ -26,7 +26,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from lucidd.jobs import Job
+from lucidd.jobs import Job, within_limit
 from lucidd.live.reconcile import Decider, DecisionInput, Plan
 from profiler.lgf import LeastGPUFirst
 
@@ -43,7 +43,7 @@ def live_job(j, record) -> Job:
     """A live job as the simulator's Job: vc = its partition, submitted at its original time."""
     submitted = int(record.original_submit) if record is not None else int(j.submit_time)
     job = Job(j.job_id, record.target_partition if record is not None else j.partition, j.gpus, submitted, 0,
-              j.job_id, user=j.user, name=j.name, cpu_num=j.cpus)
+              j.job_id, user=j.user, name=j.name, cpu_num=j.cpus, time_limit=j.time_limit_s)
     job.attrs["submitted"] = submitted
     # An estimate is made once, at first sight, as the simulator makes it; but the constant given
     # when no estimate could be made at all ("default") is tried again at the next cycle.
@@ -420,10 +420,16 @@ class LucidDecider(Decider):
         for j in need:
             est, src = fresh[j.job_id]
             j.estimate = est
-            plan.estimates[j.job_id] = (est, src)
+            plan.estimates[j.job_id] = (est, src)  # the model's own figure; the cap is applied at use
         ppd = self.cfg.ordering.points_per_doubling
         scored = []
+        capped = set()
         for j in jobs:
+            # capped at use, not when stored: a user may lower the limit of a pending job later
+            bounded = within_limit(j.estimate, j.time_limit)
+            if bounded != j.estimate:
+                j.estimate = bounded
+                capped.add(j.job_id)
             value, starving = site_factor(self.policy, j, now, ppd)
             scored.append((value, starving, j))
         scored.sort(key=lambda t: (-t[0], t[2].seq))
@@ -436,8 +442,9 @@ class LucidDecider(Decider):
                    + (f", ordered among starving jobs by submission + {hs / 3600:g} h per doubling of "
                       f"estimate x GPUs" if hs else ", oldest first")
                    if starving else self.policy.priority_text(j, now))
-            plan.site_factors[j.job_id] = (value, rank, f"rank {rank} in {j.vc}: {why} "
-                                                        f"(estimate {j.estimate:,.0f} s); SiteFactor {value}")
+            est = (f"estimate {j.estimate:,.0f} s, capped at the job's time limit" if j.job_id in capped
+                   else f"estimate {j.estimate:,.0f} s")
+            plan.site_factors[j.job_id] = (value, rank, f"rank {rank} in {j.vc}: {why} ({est}); SiteFactor {value}")
 
     # -- record / replay ----------------------------------------------------------------------------
     def record(self, inp: DecisionInput, plan: Plan) -> dict:
@@ -453,6 +460,7 @@ class LucidDecider(Decider):
                     "first_seen": None if r is None else r.first_seen,
                     "profile_start": None if r is None else r.profile_start,
                     "estimate_s": plan.estimates.get(j.job_id, (None if r is None else r.estimate_s,))[0],
+                    "time_limit_s": j.time_limit_s,
                     "profile": None if r is None else r.profile,
                     "lent": bool(r is not None and r.lent)}
         # Waiting jobs whose SiteFactor is unchanged are left out: a value is a pure function of
@@ -527,9 +535,9 @@ def replay_recorded(recorded: dict) -> dict:
     def job(d):
         submitted = d["original_submit"]
         j = Job(d["job_id"], d["target_partition"], d["gpus"], submitted, 0, d["job_id"], user=d["user"],
-                name=d["name"])
+                name=d["name"], time_limit=d.get("time_limit_s"))
         j.attrs["submitted"] = submitted
-        j.estimate = d["estimate_s"]
+        j.estimate = within_limit(d["estimate_s"], j.time_limit)
         return j
 
     factors = {}

@@ -27,6 +27,7 @@ import pandas as pd
 from binder.pairing import BinderConfig
 from binder.speeds import PairSpeeds, estimated_pair_speed
 from lucidd.experiment import POLICY_BUILDERS, Experiment
+from lucidd.jobs import within_limit
 from lucidd.simulator import SimHooks, SimulationResult, results_frame, simulate
 from profiler.lgf import ProfilerConfig, carve_profiling_nodes, run_profiler
 
@@ -194,7 +195,7 @@ def run_lucid(exp: Experiment, jobs, on_progress, variant: str) -> SimulationRes
     est_by_id = dict(zip(trace["job_id"], est))
     cls_by_id = dict(zip(trace["job_id"], classes))
     for j in jobs:
-        j.estimate = max(1.0, float(est_by_id[j.job_id]))
+        j.estimate = within_limit(max(1.0, float(est_by_id[j.job_id])), j.time_limit)
         c = cls_by_id[j.job_id]
         j.share_score = None if c != c else int(c)
         j.attrs["share_score"] = j.share_score
@@ -310,11 +311,11 @@ def run_lucid_on_slurm(exp: Experiment, jobs, on_progress, variant: str) -> Simu
     est = trace["duration"].astype(float) if variant.endswith("-oracle") else duration_estimates(exp)
     est_by_id = dict(zip(trace["job_id"], est))
     for j in jobs:
-        j.estimate = max(1.0, float(est_by_id[j.job_id]))
+        j.estimate = within_limit(max(1.0, float(est_by_id[j.job_id])), j.time_limit)
     opts = {k: exp.options.get(k) for k in (*LIVE_OPTIONS, "cprof", "interval_s")}
     opts["profiling"] = not variant.endswith("-noprofiler") and bool(_option(exp, "profiling", True))
     live = live_config(opts)
-    options = exp.options
+    options = exp.slurm_options()
 
     def make_slurm(priority):
         policy = SlurmBackfill.from_options(options)

@@ -43,7 +43,7 @@ import pandas as pd
 
 from lucidd.backends.base import LiveJob
 from lucidd.cluster import ClusterSpec, VCSpec, VirtualCluster
-from lucidd.jobs import DONE, PENDING, RUNNING, Job
+from lucidd.jobs import DONE, PENDING, RUNNING, Job, within_limit
 from lucidd.live.config import config_from_dict
 from lucidd.policies.base import ClusterView, SchedulingView
 from lucidd.policies.slurm_backfill import SlurmBackfill
@@ -281,9 +281,10 @@ class LucidOnSlurm:
     def _ordered(self, job: Job) -> Job:
         """The job as the daemon's `live_job` builds it: wall-clock submission, its estimate."""
         sub = job.attrs["submitted"] + self.off
-        j = Job(job.seq, job.vc, job.gpu_num, sub, 0, job.seq, user=job.user, name=job.name)
+        j = Job(job.seq, job.vc, job.gpu_num, sub, 0, job.seq, user=job.user, name=job.name,
+                time_limit=job.time_limit)
         j.attrs["submitted"] = sub
-        j.estimate = job.estimate
+        j.estimate = within_limit(job.estimate, job.time_limit)  # as the daemon's `_order` caps it
         return j
 
     def _finish_main(self, job: Job, t: int):
@@ -343,7 +344,8 @@ class LucidOnSlurm:
                 left.append(seq)
                 continue
             _, part, node = best
-            copy = Job(job.job_id, part.name, g, job.submit_time, job.duration, job.seq)
+            copy = Job(job.job_id, part.name, g, job.submit_time, job.duration, job.seq,
+                       time_limit=job.time_limit)  # the user's limit holds in profiling too
             part.vc.allocate(copy, ((node, g),))
             self.busy += g
             self.queued -= 1
@@ -527,7 +529,8 @@ class LucidOnSlurm:
             gpn = self.parts[job.vc].vc.gpus_per_node if job.vc in self.parts else 8
             self.live_jobs[job.seq] = LiveJob(job_id=job.seq, name=job.name, user=job.user, partition="inbox",
                                               gpus=job.gpu_num, nodes=max(1, -(-job.gpu_num // gpn)),
-                                              submit_time=job.submit_time + self.off)
+                                              submit_time=job.submit_time + self.off,
+                                              time_limit_s=job.time_limit)
             self.recs[job.seq] = _Rec(None, job.submit_time + self.off, job.vc, job.estimate)
             if job.vc not in self.parts:
                 raise SimulationError(f"job {job.job_id} names VC '{job.vc}', which the cluster config lacks")
@@ -679,8 +682,8 @@ def replay_cycle(recorded: dict, live=None) -> dict:
         parts[vc] = max(parts[vc], -(-int(d["gpus"]) // 8))
         submitted = int(d["original_submit"] if d.get("original_submit") is not None else now)
         j = Job(d["job_id"], vc, d["gpus"], submitted, 0, int(d["job_id"]), user=d.get("user") or "",
-                name=d.get("name") or "")
-        j.estimate = d.get("estimate_s")
+                name=d.get("name") or "", time_limit=d.get("time_limit_s"))
+        j.estimate = within_limit(d.get("estimate_s"), j.time_limit)
         jobs.append(j)
     spec = ClusterSpec({vc: VCSpec(vc, max(1, n), 8) for vc, n in parts.items()})
     sim = LucidOnSlurm(jobs, spec, live, profiling_gpus=recorded["profiling_gpus"])

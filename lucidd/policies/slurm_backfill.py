@@ -17,10 +17,12 @@ baseline"). Modelled on Slurm 22.05's semantics:
   simulator's consolidated placement (`lucidd.cluster.place_consolidated`), applied to the GPUs a
   node keeps free over the whole window the job would hold them.
 
-Traces carry no time limits, so a user's limit is modelled from the job's duration by a
-`LimitRule` (default: round up to the next of 1, 2, 4, 8, 12, 24, 48, 72, 168 h; longer jobs
-to a whole number of 168 h). Every rule gives limit >= duration, so no job is killed at its
-limit (`LimitRule.limit` asserts it); that is generous to Slurm: a win over it is real.
+A job's time limit is its own when the trace has one (the `time_limit` column, as `lucidctl
+import-sacct` writes it from a site's sacct; never below the duration the job ran). The public
+traces carry none, so a user's limit is modelled from the job's duration by a `LimitRule`
+(default: round up to the next of 1, 2, 4, 8, 12, 24, 48, 72, 168 h; longer jobs to a whole
+number of 168 h). Every rule gives limit >= duration, so no job is killed at its limit
+(`LimitRule.limit` asserts it); that is generous to Slurm: a win over it is real.
 
 The policy is pure: it reads the view (time as data, pending and running jobs, free GPUs) and
 returns `Start` decisions; it never reads a clock and never calls Slurm.
@@ -120,6 +122,15 @@ class SlurmConfig:
     bf_max_job_test: int = 500  # backfill examines at most this many jobs per pass (Slurm default)
     bf_window_s: int = 86400  # reservations starting later than this are not made (Slurm: bf_window=1440 min)
     limit_rule: LimitRule = field(default_factory=LimitRule)
+    # the smallest time limit a job of the trace brings itself (its time_limit column); None: no
+    # job brings one. Backfill stops looking once a 1-GPU job of the smallest limit cannot start.
+    min_time_limit_s: int | None = None
+
+    @property
+    def min_limit(self) -> int:
+        """The smallest limit any job can have: the rule's, or a job's own when smaller."""
+        rule = self.limit_rule.min_limit
+        return rule if self.min_time_limit_s is None else max(1, min(rule, int(self.min_time_limit_s)))
 
     def __post_init__(self):
         if self.bf_max_job_test < 1:
@@ -279,9 +290,11 @@ class SlurmBackfill(Policy):
         self._releases = {}  # job -> (start_time, limit end, layout) while it runs
 
     def limit(self, job) -> int:
+        """The job's own time limit when it has one (a trace's time_limit column, never below its
+        duration), else the modelled one."""
         lim = self._limits.get(job)
         if lim is None:
-            lim = self._limits[job] = self.config.limit_rule.limit(job.duration)
+            lim = self._limits[job] = job.time_limit or self.config.limit_rule.limit(job.duration)
         return lim
 
     def _release(self, job):
@@ -297,7 +310,8 @@ class SlurmBackfill(Policy):
     def from_options(cls, options: dict | None) -> "SlurmBackfill":
         """Build from an experiment's options (`limit_rule`: text or LimitRule; bf_* knobs)."""
         options = options or {}
-        kw = {k: options[k] for k in ("bf_max_job_test", "bf_window_s") if options.get(k) is not None}
+        kw = {k: options[k] for k in ("bf_max_job_test", "bf_window_s", "min_time_limit_s")
+              if options.get(k) is not None}
         return cls(SlurmConfig(limit_rule=parse_limit_rule(options.get("limit_rule")), **kw))
 
     def describe(self) -> str:
@@ -334,7 +348,7 @@ class SlurmBackfill(Policy):
         # with all earlier reservations in place.
         gpn = cluster.gpus_per_node
         horizon = now + self.config.bf_window_s
-        min_limit = self.config.limit_rule.min_limit
+        min_limit = self.config.min_limit
         deferred = deque([(blocked, limit_of(blocked))])
         cannot_start = _Frontier(gpn)  # could not start now
         start_cut = cannot_start.cut  # its single-node part, read inline on the hot path

@@ -620,3 +620,31 @@ def test_a_long_run_requeued_at_long_tprof_leaves_its_share_to_a_younger_run(tmp
     records = {jid: rec(j, profile="admitted", phase="profiling") for jid, j in running.items()}
     plan = d.decide(inp(profiling=list(running.values()), records=records))
     assert ids(plan.requeue) == [1] and "Tprof 1000 s" in reasons(plan.requeue)[1]
+
+
+def test_an_estimate_above_the_jobs_time_limit_is_capped_at_it(decider):
+    """Slurm ends a job at its TimeLimit: a live estimate above it is capped (at use, not in the
+    record: a user may lower the limit later), the reason says so, and both replays of the recorded
+    cycle give the same SiteFactors."""
+    from orchestrator.slurm_mode import replay_cycle
+
+    jobs, records = [], {}
+    for jid, est, limit in [(1, 90000.0, 600), (2, 4000.0, None), (3, 4000.0, 86400), (4, 90000.0, None)]:
+        j, r = waiting_job(jid, 8, est)
+        j.time_limit_s = limit
+        jobs.append(j)
+        records[jid] = r
+    x = inp(waiting=jobs, records=records)
+    plan = decider.decide(x)
+    v = values(plan)
+    assert v[1] > v[2] == v[3] > v[4]  # 600 s (capped) < 4,000 s (a 1-day limit changes nothing) < 90,000 s
+    assert "estimate 600 s, capped at the job's time limit" in plan.site_factors[1][2]
+    assert "capped" not in plan.site_factors[2][2] and "capped" not in plan.site_factors[3][2]
+    assert records[1].estimate_s == 90000.0  # the record keeps the model's figure
+    recorded = json.loads(json.dumps(decider.record(x, plan), default=str))
+    assert [d["time_limit_s"] for d in recorded["waiting"]] == [600, None, 86400, None]
+    assert replay_recorded(recorded)["site_factors"] == recorded["decisions"]["site_factors"]
+    assert replay_cycle(recorded)["site_factors"] == recorded["decisions"]["site_factors"]
+    # the user lowers job 4's limit: its value follows at the next cycle
+    jobs[3].time_limit_s = 300
+    assert values(decider.decide(inp(waiting=jobs, records=records)))[4] > v[1]
