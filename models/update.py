@@ -145,6 +145,10 @@ class ModelStore:
     ``keep``: versions kept per kind (the newest ``keep``, plus the current one if an admin rolled
     back to an older version).  ``classes``: kind -> model class (default: duration, throughput,
     packing); a class needs ``obj.save(path)`` and ``Class.load(path)``.
+
+    The folder is made by the first write (a publish, a pointer change, a prune, a log line), not
+    here: a store that is only read (`lucidd --once --dry-run`, `lucidctl explain`) creates nothing,
+    and a folder that does not exist yet reads as a store with no model.
     """
 
     def __init__(self, root: str | os.PathLike, keep: int = 5, classes: dict[str, Any] | None = None):
@@ -153,7 +157,6 @@ class ModelStore:
         self.root = Path(root)
         self.keep = int(keep)
         self._classes = dict(classes) if classes is not None else None
-        self.root.mkdir(parents=True, exist_ok=True)
 
     # -- names ------------------------------------------------------------------------------------
     @property
@@ -196,6 +199,8 @@ class ModelStore:
     def versions(self, kind: str) -> list[int]:
         """Versions of ``kind`` present on disk, ascending."""
         self._check_kind(kind)
+        if not self.root.is_dir():  # never written yet
+            return []
         out = []
         for p in self.root.iterdir():
             v = self._parse(kind, p.name)
@@ -221,6 +226,7 @@ class ModelStore:
     @contextlib.contextmanager
     def _lock(self):
         """Serialise writers (one refit at a time per store); readers never take it."""
+        self.root.mkdir(parents=True, exist_ok=True)  # every writer comes through here first
         try:
             import fcntl
         except ImportError:  # pragma: no cover - not POSIX
@@ -397,6 +403,7 @@ class ModelStore:
     def log_event(self, record: dict) -> None:
         """Append one JSON line to updates.jsonl (a single O_APPEND write, fsynced)."""
         line = json.dumps(_jsonable(record), sort_keys=False, allow_nan=False) + "\n"
+        self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line.encode("utf-8"))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 from dataclasses import replace
 
@@ -336,10 +335,9 @@ class LiveEstimator:
             hist = self._history
         loaded = None
         try:
-            # no model store yet: no model, and nothing made (a check must not create the folder;
-            # the first refit makes it)
-            if self._engine is not None or os.path.isdir(self.models_dir):
-                loaded = self.engine().current("duration")
+            # a store never written reads as no model and creates nothing (a check must not make
+            # the folder; the first refit does)
+            loaded = self.engine().current("duration")
         except Exception as exc:  # noqa: BLE001 - a broken model store must not stop ordering
             log.warning("duration model unavailable (%s): fallback estimates", exc)
         try:

@@ -162,6 +162,22 @@ def test_no_usable_model_raises_model_error_and_pointer_oddities(tmp_path, model
         store2.path_of("../x", 1)
 
 
+def test_a_store_is_made_by_its_first_write_not_by_reading(tmp_path, model):
+    """A check (`lucidd --once --dry-run`) reads the store: nothing may appear on disk until a
+    model or a log line is written."""
+    root = tmp_path / "state" / "models"
+    store = ModelStore(root)
+    engine = UpdateEngine(store, config())
+    assert engine.current("duration") is None and store.load_current("duration") is None
+    assert store.versions("duration") == [] and store.read_log() == [] and store.current_version("duration") is None
+    assert not (tmp_path / "state").exists()
+    assert store.publish("duration", model) == 1 and root.is_dir()
+    assert store.load_current("duration").version == 1
+    other = ModelStore(tmp_path / "log-only")
+    other.log_event({"event": "note", "kind": "duration"})
+    assert [r["event"] for r in other.read_log()] == ["note"]
+
+
 def test_prune_keeps_last_n_and_the_current(tmp_path, model):
     store = ModelStore(tmp_path, keep=3)
     for _ in range(6):
