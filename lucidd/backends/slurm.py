@@ -112,7 +112,26 @@ class SlurmRunner:
             raise SlurmCommandError(argv, 0, f"malformed JSON reply ({exc}; {len(out)} bytes)", True) from None
         if not isinstance(data, dict):
             raise SlurmCommandError(argv, 0, "malformed JSON reply (not an object)", True)
+        errors = [e for e in (data.get("errors") or []) if not _empty_result(e)]
+        if errors:
+            # Slurm 22.05's `squeue --json` exits 0 when slurmctld does not answer, with an error
+            # entry and no jobs (tests/live/data/squeue_no_controller.json): read as a reply, that
+            # is an empty cluster, and every job lucidd knows would be taken as gone.
+            what = "; ".join(_error_text(e) for e in errors[:3])
+            raise SlurmCommandError(argv, 0, f"Slurm reported an error in its JSON reply: {what}", True)
         return data
+
+
+def _empty_result(err) -> bool:
+    """sacct's "Nothing found" (a query with no match) is an answer, not a failure."""
+    return isinstance(err, dict) and "nothing found" in f"{err.get('description', '')} {err.get('error', '')}".lower()
+
+
+def _error_text(err) -> str:
+    if not isinstance(err, dict):
+        return str(err)[:200]
+    parts = [str(err.get(k)) for k in ("description", "error", "source") if err.get(k) not in (None, "")]
+    return " / ".join(parts)[:200] or "unspecified"
 
 
 # ----- parsing ----------------------------------------------------------------------------------

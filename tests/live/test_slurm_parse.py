@@ -302,6 +302,24 @@ def test_runner_reads_json(fake):
     assert len(data["jobs"]) == 10 and data["meta"]["Slurm"]["release"] == "22.05.8"
 
 
+def test_a_reply_with_slurm_errors_is_a_transient_failure_not_an_empty_cluster(fake):
+    """22.05's squeue --json exits 0 when slurmctld does not answer, with an error and no jobs: taken
+    as a reply, every job lucidd knows would look gone (an admin trial saw records closed and
+    profiling runs requeued after a controller restart)."""
+    fake.prints("squeue", DATA / "squeue_no_controller.json")
+    r = SlurmRunner(bin_dir=str(fake.bin))
+    with pytest.raises(SlurmCommandError) as e:
+        r.run_json(["squeue", "--json"])
+    assert e.value.transient and "Failed while looking for jobs" in str(e.value) and "\n" not in str(e.value)
+    fake.cluster(squeue="squeue_no_controller.json", sinfo="sinfo_busy.json")
+    with pytest.raises(BackendError) as e:
+        SlurmBackend(SlurmRunner(bin_dir=str(fake.bin))).snapshot()
+    assert e.value.transient
+    # sacct's "Nothing found" is an answer: a query with no match
+    fake.prints("sacct", DATA / "sacct_state_without_endtime.json")
+    assert r.run_json(["sacct", "--json"])["jobs"] == []
+
+
 @pytest.mark.parametrize("reply", ['{"jobs": [', "", "Unable to parse", "[1, 2]", "null"])
 def test_runner_malformed_json_is_transient(fake, tmp_path, reply):
     (tmp_path / "r").write_text(reply)
