@@ -129,7 +129,9 @@ def _samplers(store, now) -> dict:
 
 def queue_data(cfg, store) -> dict:
     jobs = store.open_jobs()
-    waiting = [r for r in jobs.values() if r.phase == "released" and r.start_time is None]
+    # a profiled job waiting in its partition again has a start time: its profiling run's
+    waiting = [r for r in jobs.values()
+               if r.phase == "released" and not r.started_in_partition(cfg.slurm.profiling_partition)]
     waiting.sort(key=lambda r: (r.target_partition, -(r.site_factor or 0), r.job_id))
     # Ranks as of now: the rank saved with a SiteFactor is that of the cycle that set the value (a
     # value is written only when it changes), and jobs ahead of it have started since.

@@ -237,7 +237,8 @@ class Reconciler:
             if not self.dry_run:
                 self._adopt(r, j, now, changed)
             if j.start_time and r.start_time != j.start_time and j.active:
-                if r.start_time is None and r.site_factor is not None and j.partition == r.target_partition:
+                if (not r.started_in_partition(self.profiling) and r.site_factor is not None
+                        and j.partition in r.target_partition.split(",")):
                     r.started_ahead_of = sum(1 for v in waiting_factors.get(r.target_partition, ())
                                              if v > r.site_factor)
                 if j.partition == self.profiling and r.profile_start is None:

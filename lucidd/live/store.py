@@ -77,6 +77,11 @@ class JobRow(Base):
     # long_tprof_s, and lucidd set its ExcNodeList (cleared when it leaves profiling)
     lent: Mapped[bool] = mapped_column(Boolean, default=False)
 
+    def started_in_partition(self, profiling: str) -> bool:
+        """Whether it has started outside the profiling partition (start_time is its latest start,
+        so a profiled job waiting in its partition again has one: its profiling run's)."""
+        return self.start_time is not None and self.partition_ran not in ("", profiling)
+
 
 class ActionRow(Base):
     __tablename__ = "actions"

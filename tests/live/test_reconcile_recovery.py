@@ -317,3 +317,32 @@ def test_a_job_cancelled_while_it_waits_is_not_said_to_have_started(cluster):
     j.state, j.start_time, j.end_time = "DEADLINE", int(clock.t), int(clock.t)
     run_cycles(rec, clock, 10)
     assert store.job(96).phase == "done" and store.job(96).start_time is None
+
+
+def test_a_profiled_job_waiting_in_its_partition_is_in_the_queue_and_in_the_order_agreement(cluster):
+    """A profiled job has a start time (its profiling run's) while it waits in its partition again:
+    `lucidctl queue` left it out, and status' order agreement never counted its start (the admin
+    trial, 27 November 2026)."""
+    from lucidd.admin_cli import queue_data
+
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    rec = lucidd()
+    slurm.submit(1, partition="main", gpus=1)
+    run_cycles(rec, clock, 10)
+    assert slurm.jobs[1].partition == "profiling"
+    slurm.start(1)
+    run_cycles(rec, clock, 20)
+    assert store.job(1).profile_start is not None
+    run_cycles(rec, clock, 620)  # past Tprof: requeued, then released to main, where it waits
+    j = slurm.jobs[1]
+    assert j.partition == "main" and j.state == "PENDING" and j.restart_count == 1
+    row = store.job(1)
+    assert row.phase == "released" and row.start_time is not None and row.partition_ran == "profiling"
+    (pending,) = queue_data(cfg, store)["pending"]
+    assert pending["job_id"] == 1 and pending["rank"] == 1 and pending["site_factor"] is not None
+    slurm.start(1)
+    run_cycles(rec, clock, 10)
+    row = store.job(1)
+    assert row.partition_ran == "main" and row.started_ahead_of == 0
+    assert queue_data(cfg, store)["pending"] == []
+    assert [r.job_id for r in store.started_jobs(since=0)] == [1]
