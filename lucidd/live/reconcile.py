@@ -352,7 +352,12 @@ class Reconciler:
           so Tprof and the 2 x Tprof withdrawal apply.
         * Recorded as out of the inbox but pending in it again: it started there while the inbox
           was open (lucidd stopped, the database down, `lucidd-failopen`) and Slurm requeued it
-          (node failure, preemption, `scontrol requeue`). It goes to its partition, unprofiled."""
+          (node failure, preemption, `scontrol requeue`). It goes to its partition, unprofiled.
+        * Recorded in profiling but found in its partition: `lucidd-failopen` (or lucidd while its
+          database was down, or its owner) moved it out. It is released; if Slurm restarted it since
+          the record, its requeue happened, and a requeue still recorded as planned or failed is
+          marked applied (lucidd died between the call and its record, or the call reported an error
+          for a change it made)."""
         if r.phase == "inbox" and j.partition == self.profiling:
             r.phase, r.profile, r.restarts = "profiling", "admitted", j.restart_count
             r.lent = bool(j.excluded_nodes)  # a user's own --exclude is never profiled: lucidd's steering
@@ -372,6 +377,19 @@ class Reconciler:
             r.phase, r.profile = "inbox", "skipped"
             r.profile_reason = (f"not profiled: back in {self.inbox} after a requeue (restart {j.restart_count}; "
                                 f"it had started there while the inbox was open)")
+        elif r.phase in ("profiling", "requeued") and self.is_managed(j.partition):
+            requeued = r.profile == "requeued" or j.restart_count > r.restarts
+            r.phase, r.released_at = "released", now
+            # not requeued: it was still waiting to start in profiling (a running one stays there)
+            r.profile = "released" if requeued else "skipped"
+            r.profile_reason = (f"found in {j.partition}: moved out of profiling without a record of it (by "
+                                "lucidd-failopen, lucidd while its database was down, or its owner)"
+                                + ("; its profiling run had been requeued" if requeued else
+                                   "; not profiled: it had not started there"))
+            if requeued and j.restart_count > r.restarts:
+                if self.store.settle_unapplied(r.job_id, "requeue", now, "made: Slurm restarted the job "
+                                               "(found later)"):
+                    r.profile_reason += " (the requeue lucidd had planned was made)"
         else:
             return
         log.warning("job %s: %s", r.job_id, r.profile_reason)

@@ -384,6 +384,17 @@ class Store:
                 if status == "applied":
                     row.applied_at = int(now)
 
+    def settle_unapplied(self, job_id, kind, now, note) -> int:
+        """Mark a job's planned or failed actions of one kind as applied, when Slurm shows they were
+        made (lucidd died between the call and its record, or the call reported an error for a change
+        it made). Returns how many."""
+        with self.session() as s:
+            rows = list(s.scalars(select(ActionRow).where(ActionRow.job_id == int(job_id), ActionRow.kind == kind,
+                                                          ActionRow.status.in_(("planned", "failed")))))
+            for row in rows:
+                row.status, row.applied_at, row.error = "applied", int(now), note
+            return len(rows)
+
     def actions_for(self, job_id) -> list:
         with self.session() as s:
             return list(s.scalars(select(ActionRow).where(ActionRow.job_id == int(job_id)).order_by(ActionRow.id)))

@@ -346,3 +346,37 @@ def test_a_profiled_job_waiting_in_its_partition_is_in_the_queue_and_in_the_orde
     assert row.partition_ran == "main" and row.started_ahead_of == 0
     assert queue_data(cfg, store)["pending"] == []
     assert [r.job_id for r in store.started_jobs(since=0)] == [1]
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_a_job_failopen_released_from_profiling_is_released_in_the_record(cluster, recorded):
+    """lucidd requeued a profiling run and died (with or without recording the requeue);
+    lucidd-failopen moved the job to its partition; the restarted lucidd kept saying "in profiling",
+    and `explain` showed the requeue as planned (the admin trial, 27 November 2026)."""
+    from lucidd.admin_cli import queue_data
+
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    rec = lucidd()
+    slurm.submit(1, partition="main", gpus=1)
+    run_cycles(rec, clock, 10)
+    slurm.start(1)
+    run_cycles(rec, clock, 580)  # 580 s into Tprof 600
+    if not recorded:  # the requeue is made, then the call reports an error: lucidd dies before recording it
+        slurm.fail[("requeue", 1)] = ("scontrol: Socket timed out", True, True)
+    clock.t += 30
+    rec.cycle()  # requeue at Tprof
+    j = slurm.jobs[1]
+    assert j.partition == "profiling" and j.state == "PENDING" and j.restart_count == 1
+    assert store.job(1).phase == ("requeued" if recorded else "profiling")
+    clock.t += 5
+    open_inbox(slurm, cfg, "lucidd is not running")  # lucidd-failopen
+    assert j.partition == "main"
+    rec = lucidd()
+    run_cycles(rec, clock, 20)
+    row = store.job(1)
+    assert row.phase == "released" and row.profile == "released", row.profile_reason
+    assert "moved out of profiling without a record" in row.profile_reason
+    assert [a.status for a in store.actions_for(1) if a.kind == "requeue"] == ["applied"]
+    assert [r["job_id"] for r in queue_data(cfg, store)["profiling"]] == []
+    assert [r["job_id"] for r in queue_data(cfg, store)["pending"]] == [1]
+    assert [c[0] for c in slurm.job_calls(1)].count("requeue") == 1  # never requeued twice
