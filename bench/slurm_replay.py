@@ -151,7 +151,8 @@ def load_window(spec: WindowSpec, nodes) -> tuple[pd.DataFrame, list]:
 
     loaded = load_trace(spec.trace, spec.fmt, start=spec.start, end=spec.end)
     # Limits come from --limit-rule on both sides (the sbatch -t and the prediction): a trace's own
-    # time_limit column (import-sacct) is set aside, so the two cannot differ by Slurm's minute rounding.
+    # time_limit column (import-sacct) is set aside here, and `build` gives each job the limit it is
+    # submitted with, so the two cannot differ by Slurm's minute rounding.
     loaded.jobs = loaded.jobs.drop(columns="time_limit", errors="ignore")
     max_s = None if spec.max_duration_h is None else int(round(spec.max_duration_h * 3600))
     return select_window(loaded.jobs, nodes, vc=spec.vc, jobs=spec.jobs, max_duration_s=max_s)
@@ -790,6 +791,10 @@ def build(args):
             notes = [*notes, f"{moved} durations within {args.tprof_margin_s:g} real s of lucidd's Tprof moved "
                              f"to {args.tprof_margin_s:g} real s from it, on the side they were on (--tprof-margin-s)"]
     plan = plan_jobs(window, args.compression, base, args.sleep_trim_s)
+    # Each job's own limit is the one it is submitted with (sbatch -t, in trace seconds): the live
+    # lucidd caps its estimates at a job's TimeLimit, so the prediction's lucid must cap at the same
+    # value; Slurm's engine plans with it, as it did with the rule's (the same number).
+    window = window.assign(time_limit=[float(rule.limit(d)) for d in window["duration"]])
     return spec, window, notes, rule, plan
 
 

@@ -19,6 +19,7 @@ import re
 import pandas as pd
 
 from .errors import LucidError
+from .jobs import within_limit
 
 CLASS_NAMES = {0: "Tiny", 1: "Medium", 2: "Jumbo"}
 TOP_TERMS = 8  # terms shown in the text output (JSON carries them all)
@@ -160,7 +161,8 @@ def _estimate(row, feat, art, policy: str, warnings: list) -> dict:
 
     used = _num(row.get("estimate_s"))
     out = {"seconds": used, "actual_s": _num(row.get("duration")), "source": None, "model_version": None,
-           "model_seconds": None, "kind": None, "reason": "", "intercept": None, "terms": []}
+           "model_seconds": None, "kind": None, "reason": "", "intercept": None, "terms": [],
+           "capped_at_limit_s": None}
     if policy == "lucid-oracle":
         out.update(source="oracle", kind="oracle", reason="lucid-oracle orders the queue by the true duration")
         return out
@@ -190,8 +192,13 @@ def _estimate(row, feat, art, policy: str, warnings: list) -> dict:
         out.update(kind="fallback", model_seconds=float(feat["estimate"]),
                    reason=f"no EBM yet: {_why_no_model(feat, dur)}; estimate = {rule}")
     ms = out["model_seconds"]
-    if used is not None and ms is not None and abs(max(1.0, ms) - used) > 1e-6 * max(1.0, abs(used)):
-        warnings.append(f"the saved models give {ms:.6g} s, the run used {used:.6g} s: models/ is from another run?")
+    limit = _num(feat.get("time_limit")) if "time_limit" in feat.index else None
+    expected = None if ms is None else within_limit(max(1.0, ms), limit)
+    if expected is not None and ms is not None and expected < max(1.0, ms):
+        out["capped_at_limit_s"] = limit
+        out["reason"] += f"; capped at the job's own time limit, {limit:,.0f} s (Slurm ends it there)"
+    if used is not None and expected is not None and abs(expected - used) > 1e-6 * max(1.0, abs(used)):
+        warnings.append(f"the saved models give {expected:.6g} s, the run used {used:.6g} s: models/ is from another run?")
     return out
 
 

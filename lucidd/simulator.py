@@ -281,12 +281,14 @@ class SimulationResult:
     extra: dict = field(default_factory=dict)
 
 
-def job_time_limit(limit, duration) -> int | None:
-    """A trace job's time limit in whole seconds, None when unknown; never below its duration: a
-    job that ran past its limit (Slurm's OverTimeLimit, the kill grace) had at least that long."""
+def job_time_limit(limit) -> int | None:
+    """A trace job's time limit in whole seconds, None when unknown. As the user gave it: a job may
+    have run past it (Slurm's OverTimeLimit, the kill grace), and Slurm's engine then plans with the
+    duration it ran (`SlurmBackfill.limit`), while an estimate is capped at the limit itself, as
+    live (capping at the duration would hand the scheduler the truth)."""
     if limit is None or limit != limit:  # NaN: no limit known
         return None
-    return max(int(math.ceil(limit)), int(duration), 1)
+    return max(int(math.ceil(limit)), 1)
 
 
 def jobs_from_frame(df: pd.DataFrame) -> list[Job]:
@@ -307,7 +309,7 @@ def jobs_from_frame(df: pd.DataFrame) -> list[Job]:
             cpu_num=opt["cpu_num"][k] if opt["cpu_num"] is not None else 0,
             state=opt["state"][k] if opt["state"] is not None else "",
             profile=profiles[k] if profiles is not None else None,
-            time_limit=job_time_limit(limits[k], cols["duration"][k]) if limits is not None else None,
+            time_limit=job_time_limit(limits[k]) if limits is not None else None,
         ))
     return out
 

@@ -144,7 +144,7 @@ class LoadedTrace:
             lines.append(f"time limits: {known} of {len(self.jobs)} jobs have one (the time_limit column; "
                          "the others get a modelled one, --limit-rule)"
                          + (f"; {below} job(s) ran past theirs (Slurm's OverTimeLimit, the kill grace): "
-                            "their limit counts as the duration they ran" if below else ""))
+                            "Slurm's engine plans them with the duration they ran" if below else ""))
         if self.missing_inputs:
             lines.append("optional columns not in the file (fine, nothing is dropped): "
                          + "; ".join(f"{m} ({_MISSING_MEANS.get(m, 'not used')})" for m in self.missing_inputs))

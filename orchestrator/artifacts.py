@@ -11,7 +11,8 @@ job ID --sim-out DIR`` reads them back with :func:`load_artifacts`. Layout of ``
   (``estimate``, ``estimate_source``, ``model_version``; 0 = no model, fallback rule), the duration model's
   inputs as computed at the job's submission (``models.duration.compute_features`` columns: history
   features only see jobs that had ended by then), and the packing inputs ``gpu_util, gmem_util, gmem, amp``
-  with the resulting ``share_score`` where the trace has them.
+  with the resulting ``share_score`` where the trace has them, and the job's own ``time_limit`` (seconds,
+  empty for none) where the trace has that column: the run capped every estimate there.
 
 Saving the computed features (not the raw history) keeps the directory proportional to the simulated
 window, even when the models were also trained on jobs before it (``--start``).
@@ -85,6 +86,8 @@ def save_models(exp, out_dir) -> str | None:
         "duration": None, "packing": None, "errors": [],
     }
     table = pd.DataFrame({"job_id": trace["job_id"].astype(str).to_numpy(object)}, index=trace.index)
+    if "time_limit" in trace:  # every estimate the run used was capped at it (lucidd.jobs.within_limit)
+        table["time_limit"] = trace["time_limit"].to_numpy(float)
 
     if "estimates" in cache:
         try:

@@ -46,7 +46,7 @@ from lucidd.cluster import ClusterSpec, VCSpec, VirtualCluster
 from lucidd.jobs import DONE, PENDING, RUNNING, Job, within_limit
 from lucidd.live.config import config_from_dict
 from lucidd.policies.base import ClusterView, SchedulingView
-from lucidd.policies.slurm_backfill import SlurmBackfill
+from lucidd.policies.slurm_backfill import SlurmBackfill, SlurmConfig
 from lucidd.simulator import SimulationError, _SortedJobs
 
 from .live import plan_profiling, profiling_room_wait, profiling_skip_reason, site_factor
@@ -200,7 +200,11 @@ class LucidOnSlurm:
         self.lucid = LucidPolicy(LucidConfig(starvation_s=live.ordering.starvation_s,
                                              aging_halflife_s=live.ordering.aging_halflife_s,
                                              starving_halflife_s=live.ordering.starving_halflife_s))
-        make_slurm = make_slurm or (lambda priority: SlurmBackfill(priority=priority))
+        if make_slurm is None:
+            # backfill's early stop must know the smallest limit a job brings itself
+            own = [j.time_limit for j in jobs if j.time_limit]
+            cfg = SlurmConfig(min_time_limit_s=min(own) if own else None)
+            make_slurm = lambda priority: SlurmBackfill(cfg, priority=priority)  # noqa: E731
         self.parts = {}
         for i, (name, vs) in enumerate(spec.vcs.items()):
             self.parts[name] = _Partition(i, vs, make_slurm(_site_factor_key))

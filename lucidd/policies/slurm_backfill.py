@@ -18,7 +18,7 @@ baseline"). Modelled on Slurm 22.05's semantics:
   node keeps free over the whole window the job would hold them.
 
 A job's time limit is its own when the trace has one (the `time_limit` column, as `lucidctl
-import-sacct` writes it from a site's sacct; never below the duration the job ran). The public
+import-sacct` writes it from a site's sacct; planned as the duration it ran when the job ran past it). The public
 traces carry none, so a user's limit is modelled from the job's duration by a `LimitRule`
 (default: round up to the next of 1, 2, 4, 8, 12, 24, 48, 72, 168 h; longer jobs to a whole
 number of 168 h). Every rule gives limit >= duration, so no job is killed at its limit
@@ -290,11 +290,14 @@ class SlurmBackfill(Policy):
         self._releases = {}  # job -> (start_time, limit end, layout) while it runs
 
     def limit(self, job) -> int:
-        """The job's own time limit when it has one (a trace's time_limit column, never below its
-        duration), else the modelled one."""
+        """The job's own time limit when it has one (a trace's time_limit column; a job that ran past
+        it, Slurm's OverTimeLimit or kill grace, is planned with the duration it ran, so none
+        outlives its limit here), else the modelled one."""
         lim = self._limits.get(job)
         if lim is None:
-            lim = self._limits[job] = job.time_limit or self.config.limit_rule.limit(job.duration)
+            own = job.time_limit
+            lim = self._limits[job] = (max(own, int(math.ceil(job.duration))) if own
+                                       else self.config.limit_rule.limit(job.duration))
         return lim
 
     def _release(self, job):

@@ -394,3 +394,18 @@ def test_keep_off_tprof_moves_durations_near_tprof_to_their_side():
     assert sr.keep_off_tprof(w, (10, 60), 60, 0.0)[1] == 0
     assert sr.keep_off_tprof(w, (0,), 60, 1.0)[1] == 0
     assert sr.keep_off_tprof(trace([("h", "x", 1, 0, 50)]), (1,), 60, 2.0)[0]["duration"].tolist() == [0]
+
+
+def test_each_job_gets_the_limit_it_is_submitted_with_and_a_traces_own_is_set_aside(tmp_path):
+    """A live lucidd caps its estimates at each job's TimeLimit, the -t the replay submits: the
+    prediction's jobs carry that same limit (in trace seconds), whatever the trace's own column says."""
+    from argparse import Namespace
+
+    path = tmp_path / "t.csv"
+    pd.DataFrame({"job_id": ["a", "b", "c"], "submit_time": [0, 60, 120], "duration": [100, 5000, 30],
+                  "gpu_num": [1, 2, 1], "time_limit": [10 ** 6, None, 40]}).to_csv(path, index=False)
+    args = Namespace(trace=str(path), vc=None, start=None, end=None, jobs=None, max_duration_h=None, fmt=None,
+                     nodes="1", limit_rule=None, compression=120.0, sleep_trim_s=0.0, live=False)
+    spec, window, notes, rule, plan = sr.build(args)
+    assert list(window["time_limit"]) == [rule.limit(d) for d in window["duration"]]
+    assert list(window["time_limit"]) == list(plan["limit_min"] * 60 * 120.0)

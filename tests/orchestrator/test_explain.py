@@ -204,3 +204,23 @@ def test_explain_gives_an_unprofiled_jobs_own_reason(slurm_out, capsys):
     r = _explain_json(capsys, slurm_out, skipped["job_id"])
     assert r["profiler"]["reason"] == skipped["profile_reason"]
     assert "profiler was off" not in r["profiler"]["reason"]
+
+
+def test_an_estimate_capped_at_the_jobs_own_time_limit_is_explained_without_a_false_warning(tmp_path, capsys):
+    """A trace with users' limits (import-sacct writes them): the run caps the model's estimate at the
+    job's limit, and explain said "models/ is from another run?" because it compared the run's
+    estimate with the model's own figure (the review, 27 November 2026)."""
+    rows = [{"job_id": f"j{i}", "submit_time": 60 * i, "duration": 100 + i, "gpu_num": 1} for i in range(30)]
+    # its estimate (the mean of the finished one-GPU jobs, about 114 s) is above its own 60 s limit
+    rows.append({"job_id": "short", "submit_time": 1900, "duration": 50, "gpu_num": 1, "time_limit": 60})
+    trace = tmp_path / "t.csv"
+    pd.DataFrame(rows).to_csv(trace, index=False)
+    out = tmp_path / "out"
+    _simulate(out, "--trace", str(trace), "--nodes", "1", policy="lucid")
+    assert _jobs(out, "lucid").set_index("job_id").loc["short", "estimate_s"] == 60
+    d = _explain_json(capsys, out, "short")
+    assert d["warnings"] == [], d["warnings"]
+    est = d["estimate"]
+    assert est["seconds"] == 60 and est["capped_at_limit_s"] == 60 and est["model_seconds"] > 60
+    assert "capped at the job's own time limit" in est["reason"]
+    assert _explain_json(capsys, out, "j3")["estimate"]["capped_at_limit_s"] is None

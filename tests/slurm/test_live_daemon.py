@@ -45,7 +45,7 @@ def test_profiling_route_skips_and_history(clean_cluster, tmp_path, job_script, 
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state", profiler={"tprof_s": 12})
     daemon = lucidd_factory(cfg).start()
     short = [sbatch(job_script, 2, f"--gres=gpu:{g}", name=f"short{g}") for g in (1, 2, 4)]
-    long_main = sbatch(job_script, 20, "--gres=gpu:2", name="long-main")
+    long_main = sbatch(job_script, 20, "--gres=gpu:2", "-t", "30", name="long-main")  # a limit of its own
     long_research = sbatch(job_script, 20, "-p", "research", "--gpus=1", name="long-research")
     no_requeue = sbatch(job_script, 4, "--no-requeue", "--gres=gpu:1", name="no-requeue")
     big = sbatch(job_script, 4, "-N", "2", "--gres=gpu:8", name="big16")
@@ -89,6 +89,10 @@ def test_profiling_route_skips_and_history(clean_cluster, tmp_path, job_script, 
 
     recorded = [json.loads(c.recorded) for c in store.recorded_cycles()]
     assert any(r["decisions"]["profile"] for r in recorded) and any(r["decisions"]["site_factors"] for r in recorded)
+    # the TimeLimit squeue reports reaches the decision (estimates are capped at it) and its record
+    seen = {d["job_id"]: d.get("time_limit_s") for r in recorded for k in ("inbox", "profiling", "waiting")
+            for d in r[k]}
+    assert seen.get(long_main) == 1800, seen
     for r in recorded:
         again = replay_recorded(r)
         assert again["site_factors"] == r["decisions"]["site_factors"]
