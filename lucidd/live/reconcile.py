@@ -41,8 +41,10 @@ log = logging.getLogger("lucidd")
 
 # Pending reasons that mean the job may never run in its partition as it stands (Slurm 22.05 lets an
 # administrator's move through and reports these instead of refusing it).
+# BadConstraints: more GPUs (or features) than the partition's nodes have, which the inbox (over
+# every node) accepted at submission where Slurm would have refused the job in its own partition.
 _CANNOT_RUN_THERE = frozenset({"PartitionConfig", "AccountNotAllowed", "QOSNotAllowed", "InvalidAccount",
-                               "InvalidQOS", "PartitionNodeLimit", "PartitionTimeLimit"})
+                               "InvalidQOS", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints"})
 
 
 # ----- what the decider sees and returns (plain data) -------------------------------------------
@@ -236,6 +238,8 @@ class Reconciler:
                 continue
             if not self.dry_run:
                 self._adopt(r, j, now, changed)
+            if r.phase == "released":
+                self._flag_cannot_run(r, j, changed)
             if j.start_time and r.start_time != j.start_time and j.active:
                 if (not r.started_in_partition(self.profiling) and r.site_factor is not None
                         and j.partition in r.target_partition.split(",")):
@@ -394,6 +398,23 @@ class Reconciler:
             return
         log.warning("job %s: %s", r.job_id, r.profile_reason)
         changed[r.job_id] = r
+
+    def _flag_cannot_run(self, r: JobRow, j: LiveJob, changed: dict):
+        """A job in its partition that Slurm says may never start there (it accepted the move, and
+        the inbox over every node accepted the job, where its own partition would have refused it:
+        more GPUs than its nodes have, more nodes than it has, a longer limit than its MaxTime) is
+        flagged for `lucidctl status` and `queue`; the flag goes when the job starts."""
+        note = f"; {MAY_NEVER_START} in "
+        text = r.profile_reason or ""
+        stuck = j.pending and j.reason in _CANNOT_RUN_THERE and self.is_managed(j.partition)
+        if stuck and note not in text:
+            r.profile_reason = (text + f"{note}{j.partition} ({j.reason}): its owner can `scontrol update "
+                                f"jobid={r.job_id} partition=<one it fits>`, change the request, or scancel it")
+            log.warning("job %s: %s", r.job_id, r.profile_reason)
+            changed[r.job_id] = r
+        elif note in text and j.active:  # it started after all (an admin changed the partition or the job)
+            r.profile_reason = text[:text.index(note)]
+            changed[r.job_id] = r
 
     def _backing_off(self, job_id: int, now: int) -> bool:
         """True while a job whose move failed for good waits before lucidd tries it again."""

@@ -501,7 +501,7 @@ class ReadOnlyStore:
 
     WRITES = frozenset({"create", "set_meta", "save_jobs", "record_action", "record_actions", "add_cycle",
                         "add_history", "prune_history", "create_gpu_profiles", "save_gpu_profiles",
-                        "prune_gpu_profiles", "add_model_version", "forget_shadow_decisions"})
+                        "prune_gpu_profiles", "add_model_version", "forget_shadow_decisions", "settle_unapplied"})
 
     def __init__(self, store: Store):
         self._store = store

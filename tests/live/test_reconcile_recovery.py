@@ -380,3 +380,30 @@ def test_a_job_failopen_released_from_profiling_is_released_in_the_record(cluste
     assert [r["job_id"] for r in queue_data(cfg, store)["profiling"]] == []
     assert [r["job_id"] for r in queue_data(cfg, store)["pending"]] == [1]
     assert [c[0] for c in slurm.job_calls(1)].count("requeue") == 1  # never requeued twice
+
+
+@pytest.mark.parametrize("reason", ["BadConstraints", "PartitionNodeLimit"])
+def test_a_released_job_slurm_says_may_never_start_is_flagged_until_it_starts(cluster, reason):
+    """`sbatch -p research --gpus=20` on a 16-GPU partition: the inbox over every node accepts it,
+    lucidd moves it, and it pends with BadConstraints for ever, flagged nowhere (the admin trial,
+    27 November 2026); plain Slurm refuses it at submission."""
+    from lucidd.admin_cli import queue_data, status_data
+
+    cfg, clock, slurm, store, lucidd = cluster(enabled=False)
+    rec = lucidd()
+    slurm.submit(7, partition="main", gpus=20)
+    run_cycles(rec, clock, 10)
+    j = slurm.jobs[7]
+    assert j.partition == "main"
+    j.reason = reason
+    run_cycles(rec, clock, 20)
+    row = store.job(7)
+    assert f"Slurm may never start it in main ({reason})" in row.profile_reason
+    assert row.profile_reason.count("Slurm may never start it") == 1
+    (pending,) = queue_data(cfg, store)["pending"]
+    assert pending["needs_attention"]
+    assert [x["job_id"] for x in status_data(cfg, store)["jobs_needing_attention"]] == [7]
+    slurm.start(7)  # an admin fixed it
+    run_cycles(rec, clock, 10)
+    assert "may never start" not in store.job(7).profile_reason
+    assert status_data(cfg, store)["jobs_needing_attention"] == []
