@@ -190,7 +190,12 @@ class Store:
                 _sqlite_dir(url)
             kw["connect_args"] = {"timeout": 30}
         elif url.startswith("postgresql"):
-            kw["connect_args"] = {"connect_timeout": int(max(1, connect_timeout_s))}
+            # A server that stops answering must not hang a cycle for good: TCP keepalives and a
+            # user timeout end a connection to a host that went away (the statement timeouts are
+            # set per connection below, so that the URL's own `options` stay as given).
+            kw["connect_args"] = {"connect_timeout": int(max(1, connect_timeout_s)), "keepalives": 1,
+                                  "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+                                  "tcp_user_timeout": 30000}
         try:
             self.engine = create_engine(url, **kw)
         except (SQLAlchemyError, ImportError, ValueError) as exc:
@@ -202,6 +207,16 @@ class Store:
                 cur.execute("PRAGMA journal_mode=WAL")
                 cur.execute("PRAGMA busy_timeout=30000")
                 cur.close()
+        if url.startswith("postgresql"):
+            @event.listens_for(self.engine, "connect")
+            def _timeouts(dbapi_conn, _rec):  # a cycle's statements take milliseconds
+                autocommit = dbapi_conn.autocommit
+                dbapi_conn.autocommit = True
+                cur = dbapi_conn.cursor()
+                cur.execute("SET statement_timeout = 30000")
+                cur.execute("SET lock_timeout = 10000")
+                cur.close()
+                dbapi_conn.autocommit = autocommit
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     def create(self):

@@ -190,3 +190,27 @@ def test_a_check_on_a_host_lucidd_never_ran_on_creates_no_folder_or_file(tmp_pat
     assert check.run_once()
     assert sorted(p.name for p in tmp_path.iterdir()) == [], list(tmp_path.rglob("*"))
     assert slurm.jobs[5].partition == "inbox" and not slurm.job_calls(5)
+
+
+def test_a_slow_cycle_is_logged(setup, caplog):
+    """A paused PostgreSQL held one cycle for 49 s and lucidd said nothing (the admin trial,
+    27 November 2026): a cycle longer than half the fail-open delay (or three intervals) is logged."""
+    cfg, clock, slurm, daemon = setup
+    live = daemon()
+    real = live.reconciler.cycle
+
+    def slow():
+        row = real()
+        row.seconds = 95.0
+        return row
+
+    live.reconciler.cycle = slow
+    with caplog.at_level("WARNING", logger="lucidd"):
+        assert live.run_once()
+    assert any("reconcile took 95.0 s" in r.getMessage() for r in caplog.records), caplog.text
+    caplog.clear()
+    live.reconciler.cycle = real
+    clock.t += 10
+    with caplog.at_level("WARNING", logger="lucidd"):
+        assert live.run_once()
+    assert not any("reconcile took" in r.getMessage() for r in caplog.records)

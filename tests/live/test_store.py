@@ -330,3 +330,20 @@ def test_redact_hides_passwords(url, expected):
 
 def test_redact_hides_a_password_in_the_query():
     assert "s3cret" not in redact("postgresql+psycopg://lucidd@db/lucidd?password=s3cret")
+
+
+def test_a_postgresql_connection_cannot_hang_a_cycle_for_good(request):
+    """An admin trial paused PostgreSQL (SIGSTOP): one cycle took 49 s, silently. Every connection
+    now has a statement and a lock timeout (set per connection, so the URL's own options, here the
+    test's search_path, stay) and TCP keepalives."""
+    from sqlalchemy import text
+
+    s, handle = _pg_store(request)
+    try:
+        s.create()
+        with s.engine.connect() as c:
+            assert c.execute(text("SHOW statement_timeout")).scalar() == "30s"
+            assert c.execute(text("SHOW lock_timeout")).scalar() == "10s"
+            assert c.execute(text("SHOW search_path")).scalar().startswith("lucidd_test_")
+    finally:
+        _pg_cleanup(s, handle)
