@@ -185,10 +185,13 @@ def _brief(r) -> dict:
 
 
 def explain_data(cfg, store, job_id) -> dict:
-    try:
-        jid = int(job_id)
-    except ValueError:
-        raise LucidError(f"job id must be a number, got {job_id!r}") from None
+    text = str(job_id).strip()
+    if re.fullmatch(r"[0-9]+_[0-9]+|[0-9]+\+[0-9]+", text):  # int() reads "4_4" as 44: another job
+        raise LucidError(f"job {text} is an array task or a heterogeneous job component: give its own job id "
+                         f"(`squeue -j {text} -o %A` or `sacct -j {text} -X -o JobIDRaw` shows it)")
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise LucidError(f"job id must be a number, got {job_id!r}")
+    jid = int(text)
     if not 0 < jid < 2 ** 63:  # a job id Slurm can give (and a database integer can hold)
         raise LucidError(f"job {job_id} is not a Slurm job id")
     r = store.job(jid)

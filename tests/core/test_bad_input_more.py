@@ -77,6 +77,13 @@ def test_explain_refuses_a_job_id_slurm_cannot_give(tmp_path):
     for bad in ("99999999999999999999999", "0", "-3"):
         with pytest.raises(LucidError, match="not a Slurm job id"):
             explain_data(None, store, bad)
+    # int() reads "4_4" as 44: Slurm's array task notation explained another job (the admin trial)
+    for task in ("4_4", "36+1"):
+        with pytest.raises(LucidError, match="array task or a heterogeneous job component"):
+            explain_data(None, store, task)
+    for bad in ("4_", "1_000", "abc", "²", "4.0"):
+        with pytest.raises(LucidError):
+            explain_data(None, store, bad)
 
 
 def test_a_decider_that_is_not_a_class_is_a_config_error():
