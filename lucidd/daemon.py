@@ -239,8 +239,9 @@ def main(argv=None) -> int:
     try:
         daemon = Daemon(cfg, dry_run=args.dry_run, check=args.once and args.dry_run)
         daemon.start()
-    except ConfigError as exc:
-        print(f"lucidd: config error: {exc}", file=sys.stderr)
+    except ConfigError as exc:  # a key the file's own checks pass but that cannot be used (decider, url)
+        where = f"{cfg.path}: " if cfg.path and cfg.path not in str(exc) else ""
+        print(f"lucidd: config error: {where}{exc}", file=sys.stderr)
         return 2
     except LucidError as exc:
         print(f"lucidd: {exc}", file=sys.stderr)

@@ -20,7 +20,7 @@ from sqlalchemy import (BigInteger, Boolean, Float, Integer, String, Text, creat
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
-from ..errors import LucidError
+from ..errors import ConfigError, LucidError
 
 SCHEMA_VERSION = 4  # 2: jobs.lent; 3: partition, user and account columns TEXT (were VARCHAR(200));
 # 4: gpu_profiles (a new table: create_all adds it to an older database)
@@ -33,6 +33,11 @@ _WIDENED = {"jobs": ("requested_partition", "target_partition", "user", "account
 
 class StoreError(LucidError):
     """The database cannot be reached or used: the daemon stops acting until it is back."""
+
+
+class StoreURLError(StoreError, ConfigError):
+    """The database URL itself is unusable (unknown dialect, missing driver, malformed): a config
+    error (lucidd exits 2, which systemd does not restart), not a database that is down."""
 
 
 class Base(DeclarativeBase):
@@ -199,7 +204,7 @@ class Store:
         try:
             self.engine = create_engine(url, **kw)
         except (SQLAlchemyError, ImportError, ValueError) as exc:
-            raise StoreError(f"database URL {redact(url)}: {exc}") from None
+            raise StoreURLError(f"[database] url: {redact(url)}: {exc}") from None
         if url.startswith("sqlite"):
             @event.listens_for(self.engine, "connect")
             def _wal(dbapi_conn, _rec):  # readers (lucidctl) never block the daemon's writes

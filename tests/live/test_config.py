@@ -284,6 +284,7 @@ def _run(*args, env_extra=None):
     ("[ordering]\nstarvation = 5\n", "[ordering] starvation"),
     ('[slurm]\nprofiling_partition = "inbox"\n', "[slurm] profiling_partition"),
     ("[nosuch]\n", "[nosuch]"),
+    ("interval_s = 2\n", "interval_s: a key outside any section (it belongs under [daemon])"),
 ])
 def test_lucidd_bad_config_exits_2_with_one_line(tmp_path, body, needle):
     p = tmp_path / "lucidd.toml"
@@ -325,7 +326,22 @@ def test_lucidd_decider_that_cannot_load_exits_2(tmp_path):
     r = _run("--config", str(p), "--once", "--dry-run")
     assert r.returncode == 2, r
     lines = r.stderr.splitlines()
-    assert len(lines) == 1 and "[daemon] decider" in lines[0], r.stderr
+    assert len(lines) == 1 and "[daemon] decider" in lines[0] and str(p) in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("url", ["notadb://x", "postgresql+nosuchdriver://u@127.0.0.1/db"])
+def test_lucidd_database_url_that_cannot_be_used_exits_2(tmp_path, url):
+    """An unusable URL is a config error (exit 2: systemd's RestartPreventExitStatus stops the restart
+    loop), not a database that is down (exit 3 restarted every 10 s for ever; the admin trial)."""
+    (tmp_path / "bin").mkdir()
+    p = tmp_path / "lucidd.toml"
+    p.write_text(f'[slurm]\nbin_dir = "{tmp_path / "bin"}"\n[daemon]\nstate_dir = "{tmp_path / "state"}"\n'
+                 f'[database]\nurl = "{url}"\n')
+    for flags in ((), ("--once", "--dry-run")):
+        r = _run("--config", str(p), *flags)
+        assert r.returncode == 2, r
+        lines = r.stderr.splitlines()
+        assert len(lines) == 1 and "[database] url" in lines[0] and str(p) in lines[0], r.stderr
 
 
 def test_failopen_bad_config_exits_2(tmp_path):
