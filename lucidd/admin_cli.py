@@ -88,6 +88,7 @@ def status_data(cfg, store, now=None) -> dict:
         "profiling": {"tprof_s": cfg.profiler.tprof_s, "nprof_gpus": cfg.profiler.nprof_gpus,
                       "enabled": cfg.profiler.enabled},
         "recent_errors": errors,
+        "last_database_outage": _json_meta(store, "last_database_outage"),
         "jobs_needing_attention": _needing_attention(jobs),
         # How Slurm's starts compared with lucidd's order over the last 7 days (in --dry-run: what
         # Slurm did on its own against what lucidd would have done).
@@ -98,6 +99,14 @@ def status_data(cfg, store, now=None) -> dict:
                    for m in store.model_versions(5)],
         "gpu_samplers": _samplers(store, now),
     }
+
+
+def _json_meta(store, key):
+    raw = store.get_meta(key)
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
 
 
 def _needing_attention(jobs: dict) -> list:
@@ -309,6 +318,10 @@ def cmd_live(args) -> int:
                   f"10 min (last reading {gs['last_reading_age_s']} s ago)")
         for e in d["recent_errors"]:
             print(f"  error at {_ts(e['at'])}: {e['error']}")
+        out = d["last_database_outage"]
+        if out:
+            print(f"  last database outage: {_ts(out.get('from'))} for {out.get('seconds')} s (lucidd failed open "
+                  f"meanwhile): {out.get('error', '')}")
         stuck = d["jobs_needing_attention"]
         if stuck:
             print(f"  {len(stuck)} job(s) need an admin or their owner (`lucidctl explain job ID`):")

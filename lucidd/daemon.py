@@ -16,6 +16,7 @@ command line (one line naming the key), 3 cannot start (no Slurm, database unrea
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
@@ -58,6 +59,7 @@ class Daemon:
                                      clock=clock)
         self.stop_requested = False
         self.db_down_since = None
+        self.db_error = ""
         self.inbox_opened = False
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -130,9 +132,14 @@ class Daemon:
         try:
             if self.db_down_since is not None:
                 self.store.ping()
-                log.warning("database is back after %.0f s: lucidd resumes", self.clock() - self.db_down_since)
-                self.db_down_since = None
+                now = self.clock()
+                log.warning("database is back after %.0f s: lucidd resumes", now - self.db_down_since)
                 self.store.create()
+                # the outage left no cycle rows (nothing could be written): `lucidctl status` shows it from here
+                self.store.set_meta("last_database_outage", json.dumps(
+                    {"from": round(self.db_down_since, 3), "to": round(now, 3),
+                     "seconds": round(now - self.db_down_since, 1), "error": self.db_error[:300]}))
+                self.db_down_since = None
             row = self.reconciler.cycle()
             slow = max(3 * self.cfg.daemon.interval_s, self.cfg.daemon.failopen_after_s / 2)
             if row.seconds > slow:
@@ -163,6 +170,7 @@ class Daemon:
         except StoreError as exc:
             if self.db_down_since is None:
                 self.db_down_since = self.clock()
+                self.db_error = str(exc)
                 log.error("database unavailable, lucidd stops acting and opens the inbox: %s", exc)
             if not self.dry_run:
                 try:

@@ -214,3 +214,26 @@ def test_a_slow_cycle_is_logged(setup, caplog):
     with caplog.at_level("WARNING", logger="lucidd"):
         assert live.run_once()
     assert not any("reconcile took" in r.getMessage() for r in caplog.records)
+
+
+def test_a_database_outage_is_in_status_after_it(setup):
+    """Nothing can be written while the database is down, so `status` showed no trace of an outage
+    (the admin trial, 27 November 2026): lucidd records it when the database is back."""
+    from lucidd.admin_cli import status_data
+    from lucidd.live.store import StoreError
+
+    cfg, clock, slurm, daemon = setup
+    live = daemon()
+    real = live.reconciler.cycle
+
+    def down():
+        raise StoreError("connection refused (test)")
+
+    live.reconciler.cycle = down
+    assert not live.run_once()
+    assert status_data(cfg, live.store)["last_database_outage"] is None
+    clock.t += 40
+    live.reconciler.cycle = real
+    assert live.run_once()
+    outage = status_data(cfg, live.store)["last_database_outage"]
+    assert outage["seconds"] == 40.0 and "connection refused (test)" in outage["error"]

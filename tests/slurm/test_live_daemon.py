@@ -232,6 +232,12 @@ def test_postgres_down_opens_inbox_and_resumes(clean_cluster, tmp_path, job_scri
     wait_until(lambda: not [j for j in active_jobs() if j["job_id"] == job], 60, "a job after the database is back")
     assert sacct_runs([job])[job][-1][:2] == ("profiling", "COMPLETED")
     wait_until(lambda: Store(url).job(job).profile == "finished", 20, "lucidd to record the job's end")
+    # the outage wrote no cycle rows; status shows it from what lucidd recorded when it came back
+    from lucidd.admin_cli import status_data
+    from lucidd.live.config import load_config
+
+    outage = status_data(load_config(cfg), Store(url))["last_database_outage"]
+    assert outage and outage["seconds"] > 0 and outage["to"] > outage["from"], outage
     daemon.stop()
 
 
