@@ -189,7 +189,9 @@ def _brief(r) -> dict:
     return {"job_id": r.job_id, "user": r.user, "name": r.name, "gpus": r.gpus, "partition": r.target_partition,
             "phase": r.phase, "profile": r.profile, "submitted": r.original_submit, "estimate_s": r.estimate_s,
             "estimate_source": r.estimate_source, "site_factor": r.site_factor, "rank": r.queue_rank,
-            "reason": r.order_reason if r.phase == "released" else r.profile_reason,
+            "reason": r.order_reason if r.phase == "released" else (
+                r.profile_reason or ("not admitted to profiling yet: it waits for room there (least GPUs first) "
+                                     "or for the next cycle" if r.phase == "inbox" else "")),
             "needs_attention": attention, "attention_reason": r.profile_reason if attention else None}
 
 

@@ -173,27 +173,38 @@ def _check(section: str, key: str, spec: Key, value):
         value = float(value)
     if want is _STR_LIST:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where}: must be a list of strings, got {value!r}")
+            raise ConfigError(f"{where}: must be a list of strings, got {_toml(value)}")
         return list(value)
     if want is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: must be true or false, got {value!r}")
+            raise ConfigError(f"{where}: must be true or false, got {_toml(value)}")
         return value
     if want is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ConfigError(f"{where}: must be an integer, got {value!r}")
+        raise ConfigError(f"{where}: must be an integer, got {_toml(value)}")
     if want is float and (isinstance(value, bool) or not isinstance(value, float)):
-        raise ConfigError(f"{where}: must be a number, got {value!r}")
+        raise ConfigError(f"{where}: must be a number, got {_toml(value)}")
     if want is str and not isinstance(value, str):
-        raise ConfigError(f"{where}: must be a string, got {value!r}")
+        raise ConfigError(f"{where}: must be a string, got {_toml(value)}")
     if want is float and value != value:  # NaN passes every comparison below
         raise ConfigError(f"{where}: must be a number, got nan")
     if spec.min is not None and value < spec.min:
-        raise ConfigError(f"{where}: must be >= {spec.min:g}, got {value!r}")
+        raise ConfigError(f"{where}: must be >= {spec.min:g}, got {_toml(value)}")
     if spec.max is not None and value > spec.max:
-        raise ConfigError(f"{where}: must be <= {spec.max:g}, got {value!r}")
+        raise ConfigError(f"{where}: must be <= {spec.max:g}, got {_toml(value)}")
     if spec.choices is not None and value not in spec.choices:
-        raise ConfigError(f"{where}: must be one of {', '.join(spec.choices)}, got {value!r}")
+        raise ConfigError(f"{where}: must be one of {', '.join(spec.choices)}, got {_toml(value)}")
     return value
+
+
+def _toml(value) -> str:
+    """A value as the TOML file spells it (true, not Python's True), for error messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return str(value)
 
 
 def config_from_dict(raw: dict, path: str | None = None) -> Config:
