@@ -46,6 +46,14 @@ def run_cycles(rec, clock, seconds, step=10):
         assert rec.cycle().ok
 
 
+def start_profiling_run(rec, clock, slurm, job_id):
+    """A 1-GPU job for main, admitted to profiling by lucidd and started there by Slurm."""
+    slurm.submit(job_id, partition="main", gpus=1)
+    run_cycles(rec, clock, 10)
+    assert slurm.jobs[job_id].partition == "profiling"
+    slurm.start(job_id)
+
+
 def test_a_job_requeued_back_into_the_closed_inbox_goes_to_its_partition(cluster):
     cfg, clock, slurm, store, lucidd = cluster()
     # lucidd was stopped (the inbox opened): job 10 started in the inbox meanwhile
@@ -236,10 +244,7 @@ def test_a_clock_step_does_not_leave_a_profiling_run_behind(cluster):
     left to finish in profiling "while lucidd was away", although lucidd had cycled all along."""
     cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False)  # profiled on an idle cluster
     rec = lucidd()
-    slurm.submit(30, partition="main", gpus=1)
-    run_cycles(rec, clock, 10)
-    assert slurm.jobs[30].partition == "profiling"
-    slurm.start(30)
+    start_profiling_run(rec, clock, slurm, 30)
     run_cycles(rec, clock, 300)
     clock.t += 3600
     clock.step += 3600
@@ -327,10 +332,7 @@ def test_a_profiled_job_waiting_in_its_partition_is_in_the_queue_and_in_the_orde
 
     cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
     rec = lucidd()
-    slurm.submit(1, partition="main", gpus=1)
-    run_cycles(rec, clock, 10)
-    assert slurm.jobs[1].partition == "profiling"
-    slurm.start(1)
+    start_profiling_run(rec, clock, slurm, 1)
     run_cycles(rec, clock, 20)
     assert store.job(1).profile_start is not None
     run_cycles(rec, clock, 620)  # past Tprof: requeued, then released to main, where it waits
@@ -357,9 +359,7 @@ def test_a_job_failopen_released_from_profiling_is_released_in_the_record(cluste
 
     cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
     rec = lucidd()
-    slurm.submit(1, partition="main", gpus=1)
-    run_cycles(rec, clock, 10)
-    slurm.start(1)
+    start_profiling_run(rec, clock, slurm, 1)
     run_cycles(rec, clock, 580)  # 580 s into Tprof 600
     if not recorded:  # the requeue is made, then the call reports an error: lucidd dies before recording it
         slurm.fail[("requeue", 1)] = ("scontrol: Socket timed out", True, True)
