@@ -145,8 +145,8 @@ class Daemon:
             if row.seconds > slow:
                 # a hung database or slurmctld shows here first; lucidd-failopen goes by the heartbeat,
                 # so past failopen_after_s it may have opened the inbox meanwhile
-                log.warning("reconcile took %.1f s (Slurm calls: %s; the rest is lucidd and its database); "
-                            "lucidd-failopen opens the inbox after %g s without a heartbeat",
+                log.warning("reconcile took %.1f s (Slurm calls made: %s): slurmctld or the database answered "
+                            "slowly; lucidd-failopen opens the inbox after %g s without a heartbeat",
                             row.seconds, row.calls or "{}", self.cfg.daemon.failopen_after_s)
             if row.ok and self.check:
                 return True  # no heartbeat, no history, no model upkeep: a check writes nothing
