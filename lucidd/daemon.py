@@ -141,7 +141,8 @@ class Daemon:
                      "seconds": round(now - self.db_down_since, 1), "error": self.db_error[:300]}))
                 self.db_down_since = None
             row = self.reconciler.cycle()
-            slow = max(3 * self.cfg.daemon.interval_s, self.cfg.daemon.failopen_after_s / 2)
+            # the sooner of the two bounds (a tiny interval does not make every cycle "slow")
+            slow = min(self.cfg.daemon.failopen_after_s / 2, max(3 * self.cfg.daemon.interval_s, 5.0))
             if row.seconds > slow:
                 # a hung database or slurmctld shows here first; lucidd-failopen goes by the heartbeat,
                 # so past failopen_after_s it may have opened the inbox meanwhile
@@ -176,7 +177,7 @@ class Daemon:
                 try:
                     open_inbox(self.backend, self.cfg, "lucidd's database is unavailable")
                 except BackendError as bexc:
-                    log.error("could not open the inbox either: %s", bexc)
+                    log.error("could not give the jobs back to Slurm either (Slurm: %s); retried next cycle", bexc)
             self.notifier.watchdog(f"database unavailable: {str(exc)[:120]}")
             return False
 
@@ -196,7 +197,7 @@ class Daemon:
         try:
             open_inbox(self.backend, self.cfg, reason)
         except BackendError as exc:
-            log.error("stop: could not open the inbox (%s); lucidd-failopen will", exc)
+            log.error("stop: could not give every job back to Slurm (%s); lucidd-failopen will", exc)
 
     def loop(self):
         interval = self.cfg.daemon.interval_s

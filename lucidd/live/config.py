@@ -214,7 +214,7 @@ def config_from_dict(raw: dict, path: str | None = None) -> Config:
         if section not in SCHEMA and not isinstance(raw[section], dict):
             home = [name for name, keys in SCHEMA.items() if section in keys]
             raise ConfigError(f"{section}: a key outside any section"
-                              + (f" (it belongs under [{home[0]}])" if home else
+                              + (" (it belongs under " + " or ".join(f"[{h}]" for h in home) + ")" if home else
                                  f" (keys go under a section: {', '.join(SCHEMA)})"))
         if section not in SCHEMA:
             raise ConfigError(f"[{section}]: unknown section (known: {', '.join(SCHEMA)})")

@@ -381,19 +381,27 @@ class Reconciler:
             r.phase, r.profile = "inbox", "skipped"
             r.profile_reason = (f"not profiled: back in {self.inbox} after a requeue (restart {j.restart_count}; "
                                 f"it had started there while the inbox was open)")
-        elif r.phase in ("profiling", "requeued") and self.is_managed(j.partition):
+        elif r.phase in ("profiling", "requeued") and j.partition and j.partition not in (self.inbox,
+                                                                                          self.profiling):
+            # any partition, managed or not: job_submit.lua routes every job through the inbox
             requeued = r.profile == "requeued" or j.restart_count > r.restarts
             r.phase, r.released_at = "released", now
             # not requeued: it was still waiting to start in profiling (a running one stays there)
             r.profile = "released" if requeued else "skipped"
             r.profile_reason = (f"found in {j.partition}: moved out of profiling without a record of it (by "
-                                "lucidd-failopen, lucidd while its database was down, or its owner)"
+                                "lucidd, lucidd-failopen or its owner)"
                                 + ("; its profiling run had been requeued" if requeued else
                                    "; not profiled: it had not started there"))
             if requeued and j.restart_count > r.restarts:
                 if self.store.settle_unapplied(r.job_id, "requeue", now, "made: Slurm restarted the job "
                                                "(found later)"):
                     r.profile_reason += " (the requeue lucidd had planned was made)"
+            # a move from profiling that lucidd made but did not record (or that scontrol reported as failed)
+            self.store.settle_unapplied(r.job_id, "release", now, f"made: the job was found in {j.partition}")
+            refused = self._refused.pop(r.job_id, None)
+            if refused and j.pending and j.reason not in _CANNOT_RUN_THERE:
+                r.profile_reason += (f"; {MAY_NEVER_START} in {j.partition} (it reported: {refused}): its owner "
+                                     f"can `scontrol update jobid={r.job_id} partition=<one it may use>` or scancel it")
         else:
             return
         log.warning("job %s: %s", r.job_id, r.profile_reason)
@@ -406,7 +414,7 @@ class Reconciler:
         flagged for `lucidctl status` and `queue`; the flag goes when the job starts."""
         note = f"; {MAY_NEVER_START} in "
         text = r.profile_reason or ""
-        stuck = j.pending and j.reason in _CANNOT_RUN_THERE and self.is_managed(j.partition)
+        stuck = j.pending and j.reason in _CANNOT_RUN_THERE and j.partition not in ("", self.inbox, self.profiling)
         if stuck and note not in text:
             r.profile_reason = (text + f"{note}{j.partition} ({j.reason}): its owner can `scontrol update "
                                 f"jobid={r.job_id} partition=<one it fits>`, change the request, or scancel it")
@@ -703,7 +711,19 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time) -> list[s
     """
     s = config.slurm
     lines = []
-    snap = backend.snapshot()
+    try:
+        snap = backend.snapshot()
+    except BackendError:
+        # Without the job list nothing can be released one by one; an open inbox still lets Slurm run
+        # what waits there (a requeued profiling run restarts in profiling by itself). When slurmctld
+        # does not answer at all this fails too, and the caller reports the first error.
+        try:
+            backend.set_partition_up(s.inbox_partition, True)
+            log.warning("fail-open: partition %s set UP without reading the jobs (Slurm's job list could not be "
+                        "read): %s", s.inbox_partition, reason)
+        except BackendError:
+            pass
+        raise
     by_target = {}
     for j in snap.jobs:
         if j.partition == s.inbox_partition and j.pending:

@@ -213,13 +213,19 @@ class Store:
                 cur.execute("PRAGMA busy_timeout=30000")
                 cur.close()
         if url.startswith("postgresql"):
+            # a cycle's statements take milliseconds; a timeout the URL sets itself is the admin's
+            sets = [f"SET {name} = {ms}" for name, ms in (("statement_timeout", 30000), ("lock_timeout", 10000))
+                    if name not in url]
+
             @event.listens_for(self.engine, "connect")
-            def _timeouts(dbapi_conn, _rec):  # a cycle's statements take milliseconds
+            def _timeouts(dbapi_conn, _rec):
+                if not sets:
+                    return
                 autocommit = dbapi_conn.autocommit
                 dbapi_conn.autocommit = True
                 cur = dbapi_conn.cursor()
-                cur.execute("SET statement_timeout = 30000")
-                cur.execute("SET lock_timeout = 10000")
+                for sql in sets:
+                    cur.execute(sql)
                 cur.close()
                 dbapi_conn.autocommit = autocommit
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)

@@ -284,7 +284,7 @@ def _run(*args, env_extra=None):
     ("[ordering]\nstarvation = 5\n", "[ordering] starvation"),
     ('[slurm]\nprofiling_partition = "inbox"\n', "[slurm] profiling_partition"),
     ("[nosuch]\n", "[nosuch]"),
-    ("interval_s = 2\n", "interval_s: a key outside any section (it belongs under [daemon])"),
+    ("interval_s = 2\n", "interval_s: a key outside any section (it belongs under [daemon] or [sampler])"),
 ])
 def test_lucidd_bad_config_exits_2_with_one_line(tmp_path, body, needle):
     p = tmp_path / "lucidd.toml"

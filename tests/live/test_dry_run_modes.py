@@ -237,3 +237,30 @@ def test_a_database_outage_is_in_status_after_it(setup):
     assert live.run_once()
     outage = status_data(cfg, live.store)["last_database_outage"]
     assert outage["seconds"] == 40.0 and "connection refused (test)" in outage["error"]
+
+
+@pytest.mark.parametrize("interval_s,failopen_s,cycle_s,logged", [
+    (60, 120, 100, True),  # past half the fail-open delay, though under three intervals (the review)
+    (60, 120, 50, False),
+    (1, 60, 6, True),  # three intervals, floored at 5 s
+    (1, 60, 4, False),
+])
+def test_the_slow_cycle_bound_is_the_sooner_of_half_failopen_and_three_intervals(tmp_path, caplog, interval_s,
+                                                                                 failopen_s, cycle_s, logged):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path / "state"), "interval_s": interval_s,
+                                       "failopen_after_s": failopen_s},
+                            "models": {"dir": str(tmp_path / "models")}})
+    clock = Clock()
+    d = Daemon(cfg, backend=MemSlurm(clock), clock=clock)
+    d.start()
+    real = d.reconciler.cycle
+
+    def slow():
+        row = real()
+        row.seconds = float(cycle_s)
+        return row
+
+    d.reconciler.cycle = slow
+    with caplog.at_level("WARNING", logger="lucidd"):
+        assert d.run_once()
+    assert any("reconcile took" in r.getMessage() for r in caplog.records) == logged

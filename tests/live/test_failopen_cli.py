@@ -149,11 +149,27 @@ def test_slurm_unavailable_exits_1_with_one_line(setup):
     fake, cfg, hb = setup
     fake.cluster()
     fake.fails("squeue", "squeue: error: Unable to contact slurm controller (connect failure)")
+    fake.fails("scontrol", "slurm_update error: Unable to contact slurm controller (connect failure)")
     r = run(cfg)
     assert r.returncode == 1
     assert r.stderr.splitlines() == ["lucidd-failopen: Slurm unavailable: squeue --json: squeue: error: Unable to "
                                      "contact slurm controller (connect failure)"]
-    assert fake.calls() == [["squeue", "--json"]]
+    # without the job list it still tries to open the inbox
+    assert fake.calls() == [["squeue", "--json"], ["scontrol", "update", "partitionname=inbox", "state=UP"]]
+
+
+def test_a_job_list_slurm_reports_an_error_for_still_opens_the_inbox(setup):
+    """squeue --json exits 0 with an error entry and no jobs when it cannot read the job list: the
+    jobs cannot be released one by one, but an open inbox runs those waiting there."""
+    from .fakeslurm import DATA
+
+    fake, cfg, hb = setup
+    fake.cluster(partitions="partitions_inbox_down.txt")
+    fake.prints("squeue", DATA / "squeue_no_controller.json")
+    r = run(cfg)
+    assert r.returncode == 1 and "Slurm reported an error in its JSON reply" in r.stderr
+    assert "set UP without reading the jobs" in r.stderr
+    assert fake.calls() == [["squeue", "--json"], ["scontrol", "update", "partitionname=inbox", "state=UP"]]
 
 
 def test_one_release_failing_does_not_stop_the_others(setup):

@@ -407,3 +407,73 @@ def test_a_released_job_slurm_says_may_never_start_is_flagged_until_it_starts(cl
     run_cycles(rec, clock, 10)
     assert "may never start" not in store.job(7).profile_reason
     assert status_data(cfg, store)["jobs_needing_attention"] == []
+
+
+def test_a_failopen_release_to_a_partition_lucidd_does_not_order_is_recorded_too(tmp_path):
+    """job_submit.lua routes every job through the inbox, so jobs bound for a partition outside
+    [slurm] managed_partitions are profiled too; one that lucidd-failopen released from profiling
+    stayed "requeued" in the record (the review, 27 November 2026)."""
+    from lucidd.admin_cli import queue_data
+
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")},
+                            "slurm": {"managed_partitions": ["main"]},
+                            "profiler": {"tprof_s": 600, "skip_when_free": False, "lend_idle_gpus": False}})
+    clock = Clock()
+    clock.step = 0.0
+    slurm = MemSlurm(clock, partitions=("inbox", "profiling", "main", "debug"))
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
+    slurm.submit(1, partition="debug", gpus=1)
+    run_cycles(rec, clock, 10)
+    assert slurm.jobs[1].partition == "profiling"
+    slurm.start(1)
+    run_cycles(rec, clock, 580)
+    clock.t += 30
+    rec.cycle()  # requeued at Tprof; lucidd dies before releasing it
+    assert store.job(1).phase == "requeued" and slurm.jobs[1].partition == "profiling"
+    clock.t += 5
+    open_inbox(slurm, cfg, "lucidd is not running")  # lucidd-failopen releases it
+    assert slurm.jobs[1].partition == "debug"
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
+    run_cycles(rec, clock, 20)
+    assert store.job(1).phase == "released"
+    assert queue_data(cfg, store)["profiling"] == []
+
+
+def test_a_withdrawal_from_profiling_slurm_made_but_reported_as_failed_is_explained(cluster):
+    """Slurm 22.05 can make a move and report an error: for a job withdrawn from profiling (no room
+    to start there within 2 x Tprof) the error was dropped and the release stayed "failed" (the
+    review, 27 November 2026)."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False, long_tprof_s=0)
+    rec = lucidd()
+    slurm.submit(1, partition="main", gpus=1)
+    run_cycles(rec, clock, 10)
+    assert slurm.jobs[1].partition == "profiling"  # admitted, but it never starts there
+    slurm.fail[("move", 1)] = ("scontrol: error: Job violates accounting/QOS policy", False, True)
+    run_cycles(rec, clock, 1300)  # past 2 x Tprof: withdrawn to main (made, reported as failed)
+    row = store.job(1)
+    assert slurm.jobs[1].partition == "main" and row.phase == "released", row.profile_reason
+    assert "Slurm may never start it in main (it reported: scontrol: error: Job violates" in row.profile_reason
+    assert {a.status for a in store.actions_for(1) if a.kind == "release"} == {"applied"}
+
+
+def test_a_release_from_profiling_slurm_made_but_lucidd_did_not_record_is_settled(cluster):
+    """The release after a requeue was made, but scontrol's reply timed out: the restarted lucidd
+    found the job in main and left the release "failed" beside a released record (the review)."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    rec = lucidd()
+    start_profiling_run(rec, clock, slurm, 1)
+    run_cycles(rec, clock, 580)
+    clock.t += 30
+    assert rec.cycle().ok  # requeued at Tprof
+    slurm.fail[("move", 1)] = ("scontrol: Socket timed out on send/recv operation", True, True)
+    clock.t += 10
+    rec.cycle()  # the release is made, and reported as failed
+    assert slurm.jobs[1].partition == "main"
+    rec = lucidd()
+    run_cycles(rec, clock, 20)
+    row = store.job(1)
+    assert row.phase == "released" and row.profile == "released"
+    assert {a.status for a in store.actions_for(1) if a.kind in ("release", "requeue")} == {"applied"}
+    assert [c[0] for c in slurm.job_calls(1)].count("requeue") == 1
