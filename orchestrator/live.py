@@ -360,6 +360,12 @@ class LiveEstimator:
         except Exception as exc:  # noqa: BLE001
             log.warning("estimates failed (%s): %d job(s) get the default %g s", exc, len(jobs), self.default_s)
             return {j.job_id: (self.default_s, "default") for j in jobs}
+        if hist is None:
+            # before the first history read (the first cycle after a start) neither the model's history
+            # features nor the rule of means have anything to go on: "default" is estimated again at
+            # the next cycle, any other source is kept for good (an admin trial saw two identical jobs
+            # 7,000 SiteFactor points apart after a restart)
+            src = ["default"] * len(jobs)
         return {j.job_id: (float(e) if e == e and e > 0 else self.default_s, s) for j, e, s in zip(jobs, est, src)}
 
     def refit(self, now: int) -> str | None:

@@ -648,3 +648,22 @@ def test_an_estimate_above_the_jobs_time_limit_is_capped_at_it(decider):
     # the user lowers job 4's limit: its value follows at the next cycle
     jobs[3].time_limit_s = 300
     assert values(decider.decide(inp(waiting=jobs, records=records)))[4] > v[1]
+
+
+def test_an_estimate_made_before_the_history_is_read_is_made_again(decider):
+    """The first cycle after a start orders jobs before lucidd has read its history: such an
+    estimate is marked "default" and made again at the next cycle, where before it was kept for good
+    (identical jobs 7,041 SiteFactor points apart after every restart: the admin trial)."""
+    from types import SimpleNamespace
+
+    j, r = waiting_job(1, 1, None)
+    plan = decider.decide(inp(waiting=[j], records={1: r}))
+    est, src = plan.estimates[1]
+    assert src == "default"
+    r.estimate_s, r.estimate_source = est, src
+    hist = [SimpleNamespace(job_id=100 + k, submit_time=NOW - 5000, duration=40, gpus=1, user="alice",
+                            partition="main", name="x") for k in range(5)]
+    decider.estimator.set_history(hist)
+    plan = decider.decide(inp(waiting=[j], records={1: r}))
+    est2, src2 = plan.estimates[1]
+    assert src2.startswith("fallback:") and est2 == 40.0
