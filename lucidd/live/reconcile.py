@@ -239,6 +239,7 @@ class Reconciler:
             if not self.dry_run:
                 self._adopt(r, j, now, changed)
             if r.phase == "released":
+                self._follow_owner_move(r, j, changed)
                 self._flag_cannot_run(r, j, changed)
             if j.start_time and r.start_time != j.start_time and j.active:
                 if (not r.started_in_partition(self.profiling) and r.site_factor is not None
@@ -405,6 +406,20 @@ class Reconciler:
         else:
             return
         log.warning("job %s: %s", r.job_id, r.profile_reason)
+        changed[r.job_id] = r
+
+    def _follow_owner_move(self, r: JobRow, j: LiveJob, changed: dict):
+        """A released job found in a partition it was not sent to: its owner (or an admin) moved it
+        (`scontrol update jobid=N partition=P`). lucidd does not move it back; it ranks it, and
+        reports it, where it now is."""
+        if not j.partition or j.partition in (self.inbox, self.profiling):
+            return
+        if set(j.partition.split(",")) <= set(r.target_partition.split(",")) or j.partition == r.target_partition:
+            return
+        old, r.target_partition = r.target_partition, j.partition
+        note = f"; moved from {old} to {j.partition} by its owner or an admin: lucidd orders it there"
+        r.profile_reason = (r.profile_reason or "") + note  # its SiteFactor stays (Slurm keeps it on a move)
+        log.info("job %s%s", r.job_id, note)
         changed[r.job_id] = r
 
     def _flag_cannot_run(self, r: JobRow, j: LiveJob, changed: dict):

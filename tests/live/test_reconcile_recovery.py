@@ -477,3 +477,27 @@ def test_a_release_from_profiling_slurm_made_but_lucidd_did_not_record_is_settle
     assert row.phase == "released" and row.profile == "released"
     assert {a.status for a in store.actions_for(1) if a.kind in ("release", "requeue")} == {"applied"}
     assert [c[0] for c in slurm.job_calls(1)].count("requeue") == 1
+
+
+def test_a_job_its_owner_moves_is_ordered_where_it_now_is(cluster):
+    """`scontrol update jobid=N partition=research` by its owner: lucidd does not move it back, but
+    it went on ranking and showing it in main (the admin trial, 27 November 2026)."""
+    from lucidd.admin_cli import queue_data
+
+    cfg, clock, slurm, store, lucidd = cluster(enabled=False)
+    for node in slurm.nodes.values():
+        node.used = node.gpus  # full: jobs pend
+    rec = lucidd()
+    slurm.submit(1, partition="main", gpus=1)
+    slurm.submit(2, partition="main", gpus=1)
+    run_cycles(rec, clock, 20)
+    assert slurm.jobs[1].partition == "main" and store.job(1).site_factor is not None
+    slurm.jobs[1].partition = "research"  # the owner moves it
+    run_cycles(rec, clock, 20)
+    row = store.job(1)
+    assert row.target_partition == "research" and "moved from main to research" in row.profile_reason
+    assert slurm.jobs[1].partition == "research"  # not moved back
+    assert [c[0] for c in slurm.job_calls(1)].count("move") == 1  # only lucidd's own release
+    ranks = {(r["job_id"], r["partition"], r["rank"]) for r in queue_data(cfg, store)["pending"]}
+    assert ranks == {(1, "research", 1), (2, "main", 1)}
+    assert row.site_factor == store.job(2).site_factor  # the same estimate and width: the same value
