@@ -582,13 +582,21 @@ class Reconciler:
             if j is None or r is None or j.partition != self.profiling or j.state != "RUNNING" \
                     or j.restart_count != r.restarts:
                 continue
+            refused = {}
             if self._act_batch([(key("requeue", jid, records), jid, "requeue", {}, reason)],
-                               lambda ids: self.backend.requeue(ids[0]), now, applied=applied):
+                               lambda ids: self.backend.requeue(ids[0]), now, applied=applied, errors=refused):
                 r.profile, r.phase = "requeued", "requeued"
                 r.requeued_at = int(self.clock())  # the release waits until this second is over
                 r.profile_reason = reason
                 changed[jid] = r
                 n += 1
+            elif jid in refused:
+                # Slurm refuses for good (a --no-requeue job its owner moved into profiling, say):
+                # asking again every cycle changes nothing; it finishes where it runs
+                r.profile = "abandoned"
+                r.profile_reason = f"{reason}; Slurm refuses to requeue it ({refused[jid]}): it finishes in profiling"
+                log.warning("job %s: %s", jid, r.profile_reason)
+                changed[jid] = r
         for jid, reason in plan.abandon:
             r = records.get(jid)
             if r is not None and r.profile != "abandoned":

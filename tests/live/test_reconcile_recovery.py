@@ -501,3 +501,18 @@ def test_a_job_its_owner_moves_is_ordered_where_it_now_is(cluster):
     ranks = {(r["job_id"], r["partition"], r["rank"]) for r in queue_data(cfg, store)["pending"]}
     assert ranks == {(1, "research", 1), (2, "main", 1)}
     assert row.site_factor == store.job(2).site_factor  # the same estimate and width: the same value
+
+
+def test_a_requeue_slurm_refuses_for_good_is_not_asked_again_every_cycle(cluster):
+    """A --no-requeue job its owner moved into profiling: `scontrol requeue` is refused, and lucidd
+    asked again every cycle until the job ended (21 times in 40 s in the admin trial)."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    rec = lucidd()
+    start_profiling_run(rec, clock, slurm, 1)
+    slurm.fail[("requeue", 1)] = ("scontrol requeue 1: Requested operation is presently disabled for job 1",
+                                  False, False)
+    run_cycles(rec, clock, 700)
+    row = store.job(1)
+    assert row.profile == "abandoned" and "Slurm refuses to requeue it" in row.profile_reason
+    assert [c[0] for c in slurm.job_calls(1)].count("requeue") == 1
+    assert slurm.jobs[1].partition == "profiling" and slurm.jobs[1].state == "RUNNING"

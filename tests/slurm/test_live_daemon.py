@@ -470,3 +470,29 @@ def test_a_job_requeued_into_the_closed_inbox_goes_to_its_partition(clean_cluste
     assert "back in inbox after a requeue" in daemon.text()
     sh("scancel", str(job))
     daemon.stop()
+
+
+def test_job_submit_lua_keeps_users_out_of_the_inbox_exits_and_out_of_profiling(clean_cluster):
+    """The guard in job_submit.lua, as a user meets it (no lucidd running): a job waiting in the
+    inbox cannot be moved out by its owner, nor any job into profiling (it starts before every
+    queue); a move between the site's own partitions is the user's. Slurm 22.05 drops the script's
+    message in job_modify, so the user reads the error code's text (the admin trial)."""
+    def as_nobody(*argv):
+        return subprocess.run(["runuser", "-u", "nobody", "--", *argv], capture_output=True, text=True, timeout=60)
+
+    # --begin keeps it pending wherever it is moved (a running job's partition cannot change)
+    r = as_nobody("sbatch", "--parsable", "-p", "main", "--gres=gpu:1", "--begin=now+3600", "-o", "/dev/null",
+                  "--wrap", "sleep 30")
+    assert r.returncode == 0, r.stderr
+    job = int(r.stdout.strip().split(";")[0])
+    try:
+        assert [j["partition"] for j in squeue() if j["job_id"] == job] == ["inbox"]
+        out = as_nobody("scontrol", "update", f"jobid={job}", "partition=research")
+        assert out.returncode != 0 and "Access/permission denied" in out.stderr, out
+        sh("scontrol", "update", f"jobid={job}", "partition=main")  # as lucidd (root) does
+        out = as_nobody("scontrol", "update", f"jobid={job}", "partition=profiling")
+        assert out.returncode != 0 and "Access/permission denied" in out.stderr, out
+        assert as_nobody("scontrol", "update", f"jobid={job}", "partition=research").returncode == 0
+        assert [j["partition"] for j in squeue() if j["job_id"] == job] == ["research"]
+    finally:
+        sh("scancel", str(job), check=False)

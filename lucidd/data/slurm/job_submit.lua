@@ -9,6 +9,7 @@
 -- AdminComment). lucidd and lucidd-failopen move the job there when they release it.
 
 local INBOX = "inbox"   -- keep equal to [slurm] inbox_partition in /etc/lucidd/lucidd.toml
+local PROFILING = "profiling"   -- keep equal to [slurm] profiling_partition
 local TAG = "lucid:partition="
 
 local function unset(v) return v == nil or v == "" end
@@ -27,12 +28,33 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   return slurm.SUCCESS
 end
 
+local function names(list, name)
+  for p in string.gmatch(list or "", "[^,]+") do
+    if p == name then return true end
+  end
+  return false
+end
+
+-- Slurm 22.05 drops log_user() messages in job_modify: the user sees the error code's text
+-- ("Access/permission denied"), and slurmctld's log says why.
+local function refuse(why)
+  slurm.log_info("lucidd job_submit.lua: refused a user's partition change: %s", why)
+  return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
+end
+
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  if modify_uid == 0 or unset(job_desc.partition) then
+    return slurm.SUCCESS
+  end
   -- A user moving a pending job out of the inbox would bypass lucidd (and its profiling).
-  if modify_uid ~= 0 and not unset(job_desc.partition) and job_rec.partition == INBOX then
-    slurm.log_user("lucidd manages the partition of jobs waiting in '" .. INBOX ..
-                   "'; cancel and resubmit with -p to change it")
-    return slurm.ERROR
+  if job_rec.partition == INBOX then
+    return refuse("lucidd manages the partition of jobs waiting in '" .. INBOX ..
+                  "'; cancel and resubmit with -p to change it")
+  end
+  -- Profiling runs before every queue (PriorityTier) and lucidd requeues what it did not admit
+  -- there: a user's move into it would jump every queue (a --no-requeue job for good).
+  if names(job_desc.partition, PROFILING) then
+    return refuse("only lucidd moves jobs into '" .. PROFILING .. "'")
   end
   return slurm.SUCCESS
 end
