@@ -105,8 +105,9 @@ class ImportReport:
                        f"{self.gpu_hours:,.1f} GPU-hours")
         if self.jobs:
             out.append(f"time limits: {self.with_limit} of {self.jobs} jobs have one (time_limit; the simulator's "
-                       "Slurm plans with it, and estimates are capped at it); the others ran with none "
-                       "(UNLIMITED), and the simulator models theirs (--limit-rule)")
+                       "Slurm plans with it, and estimates are capped at it)"
+                       + ("; the others ran with none (UNLIMITED), and the simulator models theirs (--limit-rule)"
+                          if self.with_limit < self.jobs else ""))
         if self.requeued:
             out.append(f"{self.requeued} requeued job(s): {self.extra_runs} earlier run(s) merged (first submit, "
                        "last run)")
@@ -326,7 +327,10 @@ def sacct_json_to_trace(data: dict, *, source: str = "sacct --json", start: int 
         job_id = base_id if seen_ids[base_id] == 1 else f"{base_id}#{seen_ids[base_id]}"
         if seen_ids[base_id] == 2:
             rep.ids_reused += 1
-        started = [r for r in g if r.start is not None]
+        # Slurm gives a run cancelled (or past its deadline) while pending a start equal to its end:
+        # it never ran (a job cancelled right after lucidd's requeue was written as a 0 s job)
+        started = [r for r in g if r.start is not None
+                   and not (r.state in ("CANCELLED", "DEADLINE") and r.end is not None and r.start >= r.end)]
         submit = next((r.submit for r in g if r.submit is not None), None)
         if submit is None:
             submit = started[0].start if started else None

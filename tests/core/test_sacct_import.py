@@ -180,6 +180,18 @@ def test_requeued_job_cancelled_before_its_second_run():
     assert row["gpu_num"] == 1 and rep.requeued == 1
 
 
+def test_requeued_job_cancelled_before_its_second_run_with_slurms_start_equal_to_end():
+    """What Slurm 22.05 records for a run cancelled while pending: start = end, not no start (the
+    admin trial's job 81, cancelled 0.7 s after its requeue, was written as a 0 s job)."""
+    data = _data()
+    first, second = copy.deepcopy(_rec(data, 9, "profiling")), copy.deepcopy(_rec(data, 9, "research"))
+    second["time"]["start"] = second["time"]["end"]
+    second["state"]["current"], second["tres"]["allocated"] = "CANCELLED", []
+    df, rep = sacct_json_to_trace(_only(data, second, first))
+    (row,) = df.to_dict("records")
+    assert row["duration"] == 20 and row["state"] == "CANCELLED" and rep.requeued == 1
+
+
 def test_requeued_job_still_waiting_is_not_finished():
     data = _data()
     second = copy.deepcopy(_rec(data, 9, "research"))
