@@ -269,7 +269,8 @@ def main(argv=None) -> int:
         daemon.loop()
     finally:
         daemon.stop("lucidd stopped")
-        log.info("lucidd stopped; jobs it held were given back to Slurm")
+        log.info("lucidd stopped; %s", "a dry run held no job" if daemon.dry_run else
+                 "jobs it held were given back to Slurm")
     return 0
 
 

@@ -126,6 +126,7 @@ class Reconciler:
         self.store = store
         self.decider = decider
         self.dry_run = dry_run
+        self._warned_shadow_inbox = -10 ** 12  # when a dry run last said its inbox holds jobs for nobody
         self.clock = clock
         s = config.slurm
         self.inbox = s.inbox_partition
@@ -315,6 +316,15 @@ class Reconciler:
             n += 1
         elif inbox is None and not self.dry_run:
             log.error("partition %s does not exist: new jobs bypass lucidd (docs/deploy.md)", self.inbox)
+        elif self.dry_run and inbox is not None and not inbox.up:
+            stuck = sum(1 for j in snap.jobs if j.partition == self.inbox and j.pending)
+            if stuck and now >= self._warned_shadow_inbox + 600:
+                # a shadow moves nothing: with the inbox DOWN, jobs routed there wait for nobody
+                self._warned_shadow_inbox = now
+                log.error("dry-run: partition %s is DOWN and %d job(s) wait there; a dry-run lucidd moves no job, "
+                          "so they wait until it is UP (docs/deploy.md: run the shadow without JobSubmitPlugins=lua "
+                          "or with the inbox UP; `lucidd-failopen --config ... --force` releases them)",
+                          self.inbox, stuck)
         return n, recorded
 
     def _lendable(self, snap, waiting) -> tuple[int, int, list, frozenset]:

@@ -264,3 +264,19 @@ def test_the_slow_cycle_bound_is_the_sooner_of_half_failopen_and_three_intervals
     with caplog.at_level("WARNING", logger="lucidd"):
         assert d.run_once()
     assert any("reconcile took" in r.getMessage() for r in caplog.records) == logged
+
+
+def test_a_shadow_says_when_its_inbox_holds_jobs_for_nobody(setup, caplog):
+    """docs/deploy.md runs the shadow without job_submit.lua or with the inbox UP; with the inbox
+    DOWN, jobs routed there waited for nobody and the shadow said only "would profile" (the admin
+    trial, 27 November 2026)."""
+    cfg, clock, slurm, daemon = setup
+    shadow = daemon(dry_run=True)
+    slurm.submit(1, partition="main", gpus=1)
+    with caplog.at_level("ERROR", logger="lucidd"):
+        for _ in range(3):
+            clock.t += 10
+            assert shadow.run_once()
+    said = [r.getMessage() for r in caplog.records if "a dry-run lucidd moves no job" in r.getMessage()]
+    assert len(said) == 1 and "1 job(s) wait there" in said[0]  # once per 10 minutes, not every cycle
+    assert slurm.jobs[1].partition == "inbox" and not slurm.inbox_up  # and it still changes nothing
