@@ -212,11 +212,13 @@ def explain_data(cfg, store, job_id) -> dict:
     story = [f"submitted {_ts(r.original_submit)} asking for {r.gpus} GPU(s)"
              + (f" in partition {r.requested_partition}" if r.requested_partition else " (no partition: "
                 f"{r.target_partition})")]
-    for a in actions:
-        if a.kind == "sitefactor":
-            continue
-        story.append(f"{_ts(a.applied_at or a.created_at)} {a.kind} [{a.status}]: {a.reason}"
-                     + (f" ({a.error})" if a.error else ""))
+    # actions and starts in the order they happened (the latest start is kept on the record, the
+    # profiling run's apart: a job cancelled after its requeue listed its requeue before its start)
+    events = [(a.applied_at or a.created_at or 0, f"{_ts(a.applied_at or a.created_at)} {a.kind} [{a.status}]: "
+               f"{a.reason}" + (f" ({a.error})" if a.error else "")) for a in actions if a.kind != "sitefactor"]
+    if r.profile_start and r.profile_start != r.start_time:
+        events.append((r.profile_start, f"started its profiling run {_ts(r.profile_start)}"))
+    story += [text for _, text in sorted(events, key=lambda e: e[0])]
     sfs = [a for a in actions if a.kind == "sitefactor" and a.status == "applied"]
     if sfs:
         story.append(f"SiteFactor set {len(sfs)} time(s), last {json.loads(sfs[-1].args).get('value')}: {sfs[-1].reason}")

@@ -348,6 +348,15 @@ def test_a_profiled_job_waiting_in_its_partition_is_in_the_queue_and_in_the_orde
     assert row.partition_ran == "main" and row.started_ahead_of == 0
     assert queue_data(cfg, store)["pending"] == []
     assert [r.job_id for r in store.started_jobs(since=0)] == [1]
+    # explain tells it in the order it happened: profiling run, requeue, release, start in main
+    from lucidd.admin_cli import explain_data
+
+    story = explain_data(cfg, store, 1)["story"]
+    steps = [next(i for i, line in enumerate(story) if needle in line)
+             for needle in ("profile [applied]", "started its profiling run", "requeue [applied]",
+                            "release [applied]")]
+    steps.append(next(i for i, line in enumerate(story) if line.startswith("started ") and line.endswith("in main")))
+    assert steps == sorted(steps), story
 
 
 @pytest.mark.parametrize("recorded", [True, False])
