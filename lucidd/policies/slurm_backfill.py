@@ -18,11 +18,11 @@ baseline"). Modelled on Slurm 22.05's semantics:
   node keeps free over the whole window the job would hold them.
 
 A job's time limit is its own when the trace has one (the `time_limit` column, as `lucidctl
-import-sacct` writes it from a site's sacct; planned as the duration it ran when the job ran past it). The public
-traces carry none, so a user's limit is modelled from the job's duration by a `LimitRule`
-(default: round up to the next of 1, 2, 4, 8, 12, 24, 48, 72, 168 h; longer jobs to a whole
-number of 168 h). Every rule gives limit >= duration, so no job is killed at its limit
-(`LimitRule.limit` asserts it); that is generous to Slurm: a win over it is real.
+import-sacct` writes it from a site's sacct; planned as the duration it ran when the job ran
+past it). The public traces carry none, so a user's limit is modelled from the job's duration by
+a `LimitRule` (default: round up to the next of 1, 2, 4, 8, 12, 24, 48, 72, 168 h; longer jobs
+to a whole number of 168 h). Every rule gives limit >= duration, so no job is killed at its
+limit (`LimitRule.limit` asserts it); that is generous to Slurm: a win over it is real.
 
 The policy is pure: it reads the view (time as data, pending and running jobs, free GPUs) and
 returns `Start` decisions; it never reads a clock and never calls Slurm.
