@@ -137,6 +137,8 @@ def _samplers(store, now) -> dict:
 
 
 def queue_data(cfg, store) -> dict:
+    from .live.reconcile import RANK_PREFIX
+
     jobs = store.open_jobs()
     # a profiled job waiting in its partition again has a start time: its profiling run's
     waiting = [r for r in jobs.values()
@@ -149,7 +151,7 @@ def queue_data(cfg, store) -> dict:
         b = _brief(r)
         if r.site_factor is not None:
             b["rank"] = by_part[r.target_partition] = by_part.get(r.target_partition, 0) + 1
-            b["reason"] = _RANK_PREFIX.sub("", b["reason"] or "")
+            b["reason"] = RANK_PREFIX.sub("", b["reason"] or "")
         pending.append(b)
     return {
         "inbox": [_brief(r) for r in sorted(jobs.values(), key=lambda r: (r.gpus, r.job_id)) if r.phase == "inbox"],
@@ -159,7 +161,6 @@ def queue_data(cfg, store) -> dict:
     }
 
 
-_RANK_PREFIX = re.compile(r"^rank \d+ in \S+: ")  # orchestrator.live's order reason starts so
 
 
 def queue_text(d: dict) -> list:
@@ -216,8 +217,10 @@ def explain_data(cfg, store, job_id) -> dict:
     # profiling run's apart: a job cancelled after its requeue listed its requeue before its start)
     events = [(a.applied_at or a.created_at or 0, f"{_ts(a.applied_at or a.created_at)} {a.kind} [{a.status}]: "
                f"{a.reason}" + (f" ({a.error})" if a.error else "")) for a in actions if a.kind != "sitefactor"]
-    if r.profile_start and r.profile_start != r.start_time:
+    if r.profile_start:
         events.append((r.profile_start, f"started its profiling run {_ts(r.profile_start)}"))
+    if r.start_time and r.start_time != r.profile_start:
+        events.append((r.start_time, f"started {_ts(r.start_time)} in {r.partition_ran or r.target_partition}"))
     story += [text for _, text in sorted(events, key=lambda e: e[0])]
     sfs = [a for a in actions if a.kind == "sitefactor" and a.status == "applied"]
     if sfs:
@@ -228,8 +231,6 @@ def explain_data(cfg, store, job_id) -> dict:
         last = unsent[-1]
         story.append(f"SiteFactor {json.loads(last.args).get('value')} not set in Slurm [{last.status}]"
                      f"{f' ({last.error})' if last.error else ''}: {last.reason}")
-    if r.start_time:
-        story.append(f"started {_ts(r.start_time)} in {r.partition_ran or r.target_partition}")
     if r.phase == "done":
         story.append(f"ended {_ts(r.end_time)}: {r.final_state}")
     from .live.store import StoreError

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -113,6 +114,9 @@ def load_decider(spec: str, config) -> Decider:
 # Words of a reason that mean a job needs an admin (`lucidctl status` lists such jobs): lucidd can
 # move it nowhere it will run.
 REFUSED_MOVE = "Slurm refused to move it"
+# scontrol requeue's words for a job that can never be requeued (--no-requeue, not a batch job)
+_REQUEUE_NEVER = ("presently disabled", "only batch jobs", "not requeue")
+RANK_PREFIX = re.compile(r"^rank \d+ in \S+: ")  # how orchestrator.live's order reason starts
 MAY_NEVER_START = "Slurm may never start it"
 
 
@@ -424,11 +428,18 @@ class Reconciler:
         reports it, where it now is."""
         if not j.partition or j.partition in (self.inbox, self.profiling):
             return
-        if set(j.partition.split(",")) <= set(r.target_partition.split(",")) or j.partition == r.target_partition:
+        now_in = self.target_partition(j.partition)  # lucidd's own partitions left out of a list
+        if set(now_in.split(",")) <= set(r.target_partition.split(",")):
             return
-        old, r.target_partition = r.target_partition, j.partition
-        note = f"; moved from {old} to {j.partition} by its owner or an admin: lucidd orders it there"
-        r.profile_reason = (r.profile_reason or "") + note  # its SiteFactor stays (Slurm keeps it on a move)
+        old, r.target_partition = r.target_partition, now_in
+        where = ("lucidd orders it there" if self.is_managed(now_in) else
+                 "a partition lucidd does not order ([slurm] managed_partitions)")
+        note = f"; moved from {old} to {now_in} by its owner or an admin: {where}"
+        text = r.profile_reason or ""
+        if f"; {MAY_NEVER_START} in " in text:  # said of the partition it left
+            text = text[:text.index(f"; {MAY_NEVER_START} in ")]
+        r.profile_reason = text + note  # its SiteFactor stays (Slurm keeps it on a move)
+        r.order_reason = RANK_PREFIX.sub("", r.order_reason or "")  # the rank was in the partition it left
         log.info("job %s%s", r.job_id, note)
         changed[r.job_id] = r
 
@@ -488,9 +499,9 @@ class Reconciler:
         r.final_state = j.state if j is not None else "GONE"
         # Slurm gives a job that ended while pending (scancel, or past its --deadline) a start time
         # equal to its end: it never ran
-        never_ran = (j is not None and r.start_time is None and j.state in ("CANCELLED", "DEADLINE")
-                     and j.end_time is not None and j.start_time is not None and j.start_time >= j.end_time)
-        if j is not None and j.start_time and not never_ran:
+        ended_pending = (j is not None and j.state in ("CANCELLED", "DEADLINE") and j.end_time is not None
+                         and j.start_time is not None and j.start_time >= j.end_time)
+        if j is not None and j.start_time and not ended_pending:
             r.start_time = r.start_time or j.start_time
             r.partition_ran = j.partition
         if r.profile == "admitted" and j is not None and j.partition == self.profiling:
@@ -600,9 +611,10 @@ class Reconciler:
                 r.profile_reason = reason
                 changed[jid] = r
                 n += 1
-            elif jid in refused:
+            elif jid in refused and any(w in refused[jid].lower() for w in _REQUEUE_NEVER):
                 # Slurm refuses for good (a --no-requeue job its owner moved into profiling, say):
-                # asking again every cycle changes nothing; it finishes where it runs
+                # asking again every cycle changes nothing; it finishes where it runs. Other refusals
+                # (the job just ended, Slurm requeued it itself) are read from the next snapshot.
                 r.profile = "abandoned"
                 r.profile_reason = f"{reason}; Slurm refuses to requeue it ({refused[jid]}): it finishes in profiling"
                 log.warning("job %s: %s", jid, r.profile_reason)

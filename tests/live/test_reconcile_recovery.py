@@ -525,3 +525,72 @@ def test_a_requeue_slurm_refuses_for_good_is_not_asked_again_every_cycle(cluster
     assert row.profile == "abandoned" and "Slurm refuses to requeue it" in row.profile_reason
     assert [c[0] for c in slurm.job_calls(1)].count("requeue") == 1
     assert slurm.jobs[1].partition == "profiling" and slurm.jobs[1].state == "RUNNING"
+
+
+def test_a_job_cancelled_after_its_requeue_is_told_in_order(cluster):
+    """Cancelled while pending after its requeue: explain listed the start after the requeue, and
+    as a start "in main" for a run that was in profiling (the review, 27 November 2026)."""
+    from lucidd.admin_cli import explain_data
+
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    for node in slurm.nodes.values():
+        node.used = 0
+    rec = lucidd()
+    start_profiling_run(rec, clock, slurm, 1)
+    run_cycles(rec, clock, 620)
+    j = slurm.jobs[1]
+    assert j.partition == "main" and j.state == "PENDING"
+    j.state, j.start_time, j.end_time = "CANCELLED", int(clock.t), int(clock.t)  # scancel while pending
+    run_cycles(rec, clock, 10)
+    row = store.job(1)
+    assert row.partition_ran == "profiling" and row.start_time == row.profile_start
+    story = explain_data(cfg, store, 1)["story"]
+    at = {k: next(i for i, line in enumerate(story) if k in line)
+          for k in ("started its profiling run", "requeue [applied]")}
+    assert at["started its profiling run"] < at["requeue [applied]"], story
+    assert not any(line.startswith("started ") and "in main" in line for line in story), story
+
+
+@pytest.mark.parametrize("message,abandoned", [
+    ("scontrol requeue 1: Requested operation is presently disabled for job 1", True),
+    ("scontrol requeue 1: Job/step already completing or completed", False),
+    ("scontrol requeue 1: Job is pending execution", False),
+])
+def test_only_a_requeue_slurm_can_never_make_is_given_up(cluster, message, abandoned):
+    """A refusal from a race (the job just ended, Slurm requeued it itself) is read from the next
+    snapshot, not taken as 'it finishes in profiling' (the review)."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    rec = lucidd()
+    start_profiling_run(rec, clock, slurm, 1)
+    slurm.fail[("requeue", 1)] = (message, False, False)
+    run_cycles(rec, clock, 620)
+    row = store.job(1)
+    assert (row.profile == "abandoned") == abandoned, row.profile_reason
+    assert ("Slurm refuses to requeue it" in row.profile_reason) == abandoned
+
+
+def test_an_owner_move_to_a_partition_lucidd_does_not_order_drops_stale_notes(tmp_path):
+    from lucidd.admin_cli import explain_data
+
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")},
+                            "slurm": {"managed_partitions": ["main"]}, "profiler": {"enabled": False}})
+    clock = Clock()
+    clock.step = 0.0
+    slurm = MemSlurm(clock, partitions=("inbox", "profiling", "main", "debug"))
+    for node in slurm.nodes.values():
+        node.used = node.gpus
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
+    slurm.submit(1, partition="main", gpus=20)
+    run_cycles(rec, clock, 10)
+    slurm.jobs[1].reason = "BadConstraints"
+    run_cycles(rec, clock, 10)
+    assert "Slurm may never start it in main" in store.job(1).profile_reason
+    slurm.jobs[1].partition, slurm.jobs[1].reason = "inbox,debug", "Priority"  # as the flag told its owner
+    run_cycles(rec, clock, 10)
+    row = store.job(1)
+    assert row.target_partition == "debug"  # lucidd's own partition left out
+    assert "a partition lucidd does not order" in row.profile_reason
+    assert "may never start" not in row.profile_reason and not row.order_reason.startswith("rank ")
+    assert explain_data(cfg, store, 1)["partition"] == "debug"
