@@ -60,6 +60,7 @@ class Daemon:
         self.stop_requested = False
         self.db_down_since = None
         self.db_error = ""
+        self.history_loaded = False
         self.inbox_opened = False
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -140,6 +141,17 @@ class Daemon:
                     {"from": round(self.db_down_since, 3), "to": round(now, 3),
                      "seconds": round(now - self.db_down_since, 1), "error": self.db_error[:300]}))
                 self.db_down_since = None
+            if not self.history_loaded and not self.check:
+                # the decider's history (estimates) before the first cycle orders anything, not after:
+                # else every job ordered in a start's first cycle gets the constant and a second value
+                # the cycle after (a check writes nothing, and a refit would)
+                self.history_loaded = True
+                try:
+                    self.decider.background(self.store, int(self.clock()))
+                except StoreError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - model upkeep never stops scheduling
+                    log.warning("background work failed: %s", exc)
             row = self.reconciler.cycle()
             # the sooner of the two bounds (a tiny interval does not make every cycle "slow")
             slow = min(self.cfg.daemon.failopen_after_s / 2, max(3 * self.cfg.daemon.interval_s, 5.0))

@@ -280,3 +280,24 @@ def test_a_shadow_says_when_its_inbox_holds_jobs_for_nobody(setup, caplog):
     said = [r.getMessage() for r in caplog.records if "a dry-run lucidd moves no job" in r.getMessage()]
     assert len(said) == 1 and "1 job(s) wait there" in said[0]  # once per 10 minutes, not every cycle
     assert slurm.jobs[1].partition == "inbox" and not slurm.inbox_up  # and it still changes nothing
+
+
+def test_the_first_cycle_after_a_start_orders_with_the_stored_history(tmp_path):
+    """The history lucidd keeps in its database is read before the first cycle, so a job ordered
+    then gets the rule's estimate at once, not the constant and a second value the cycle after (the
+    review: every restart flapped each new job's SiteFactor once; under repeated --once, for good)."""
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path / "state"), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")}, "profiler": {"enabled": False}})
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    store = Store(cfg.database.url).create()
+    store.add_history([{"job_id": 100 + k, "name": "x", "user": "alice", "partition": "main", "gpus": 1,
+                        "submit_time": int(clock.t) - 5000, "start_time": int(clock.t) - 4000,
+                        "end_time": int(clock.t) - 3960, "duration": 40, "state": "COMPLETED"} for k in range(5)])
+    slurm.submit(1, partition="main", gpus=1)
+    d = Daemon(cfg, backend=slurm, clock=clock)
+    d.start()
+    assert d.run_once()
+    row = Store(cfg.database.url).job(1)
+    assert row.estimate_source.startswith("fallback:") and row.estimate_s == 40.0, (row.estimate_s,
+                                                                                    row.estimate_source)
