@@ -200,6 +200,7 @@ class _Run:
     admin_comment: str
     order: int  # position in the file (ties)
     limit_s: int | None = None  # the run's time limit (sacct's minutes, in seconds); None: UNLIMITED
+    nodes: str = ""  # the nodes it was given ("None assigned" for a run that never started)
 
 
 def _read_run(rec: dict, order: int) -> _Run:
@@ -227,7 +228,7 @@ def _read_run(rec: dict, order: int) -> _Run:
                 state=_state(rec), partition=str(rec.get("partition") or ""), gpus=gpus, cpus=cpus,
                 user=str(rec.get("user") or assoc.get("user") or ""), name=str(rec.get("name") or ""),
                 account=str(rec.get("account") or ""), admin_comment=str(admin or ""), order=order,
-                limit_s=_limit_s(t.get("limit")))
+                limit_s=_limit_s(t.get("limit")), nodes=str(rec.get("nodes") or ""))
 
 
 def _limit_s(minutes) -> int | None:
@@ -327,10 +328,12 @@ def sacct_json_to_trace(data: dict, *, source: str = "sacct --json", start: int 
         job_id = base_id if seen_ids[base_id] == 1 else f"{base_id}#{seen_ids[base_id]}"
         if seen_ids[base_id] == 2:
             rep.ids_reused += 1
-        # Slurm gives a run cancelled (or past its deadline) while pending a start equal to its end:
-        # it never ran (a job cancelled right after lucidd's requeue was written as a 0 s job)
+        # Slurm gives a run cancelled (or past its deadline) while pending a start equal to its end and
+        # no nodes: it never ran (a job cancelled right after lucidd's requeue was written as a 0 s
+        # job); one cancelled in its first second on a node did run
         started = [r for r in g if r.start is not None
-                   and not (r.state in ("CANCELLED", "DEADLINE") and r.end is not None and r.start >= r.end)]
+                   and not (r.state in ("CANCELLED", "DEADLINE") and r.end is not None and r.start >= r.end
+                            and r.nodes in ("", "None assigned"))]
         submit = next((r.submit for r in g if r.submit is not None), None)
         if submit is None:
             submit = started[0].start if started else None

@@ -186,10 +186,14 @@ def test_requeued_job_cancelled_before_its_second_run_with_slurms_start_equal_to
     data = _data()
     first, second = copy.deepcopy(_rec(data, 9, "profiling")), copy.deepcopy(_rec(data, 9, "research"))
     second["time"]["start"] = second["time"]["end"]
-    second["state"]["current"], second["tres"]["allocated"] = "CANCELLED", []
+    second["state"]["current"], second["tres"]["allocated"], second["nodes"] = "CANCELLED", [], "None assigned"
     df, rep = sacct_json_to_trace(_only(data, second, first))
     (row,) = df.to_dict("records")
     assert row["duration"] == 20 and row["state"] == "CANCELLED" and rep.requeued == 1
+    # cancelled in its first second on a node: it did run, for 0 s
+    second["nodes"] = "gpu1"
+    df, _ = sacct_json_to_trace(_only(data, second, first))
+    assert df.to_dict("records")[0]["duration"] == 0
 
 
 def test_requeued_job_still_waiting_is_not_finished():
