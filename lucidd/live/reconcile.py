@@ -114,10 +114,22 @@ def load_decider(spec: str, config) -> Decider:
 # Words of a reason that mean a job needs an admin (`lucidctl status` lists such jobs): lucidd can
 # move it nowhere it will run.
 REFUSED_MOVE = "Slurm refused to move it"
+MAY_NEVER_START = "Slurm may never start it"
+_NEVER_START_NOTE = f"; {MAY_NEVER_START} in "  # how a reason is flagged for status' attention list
 # scontrol requeue's words for a job that can never be requeued (--no-requeue, not a batch job)
 _REQUEUE_NEVER = ("presently disabled", "only batch jobs", "not requeue")
 RANK_PREFIX = re.compile(r"^rank \d+ in \S+: ")  # how orchestrator.live's order reason starts
-MAY_NEVER_START = "Slurm may never start it"
+
+
+def _never_start_note(job_id, partition: str, why: str,
+                      fix: str = "partition=<one it may use>` or scancel it") -> str:
+    """The note a reason gets for a job Slurm may never start in `partition` (`why`: Slurm's words)."""
+    return f"{_NEVER_START_NOTE}{partition} ({why}): its owner can `scontrol update jobid={job_id} {fix}"
+
+
+def _without_never_start(reason: str) -> str:
+    """A reason without its may-never-start note (always appended last, with what follows it)."""
+    return reason[:reason.index(_NEVER_START_NOTE)] if _NEVER_START_NOTE in reason else reason
 
 
 class Reconciler:
@@ -390,8 +402,7 @@ class Reconciler:
                 # Slurm 22.05 makes the move, then reports the job's limits check as an error: plain
                 # Slurm would have refused this job at submission
                 why = j.reason if j.reason in _CANNOT_RUN_THERE else f"it reported: {refused}"
-                r.profile_reason += (f"; {MAY_NEVER_START} in {j.partition} ({why}): its owner can "
-                                     f"`scontrol update jobid={r.job_id} partition=<one it may use>` or scancel it")
+                r.profile_reason += _never_start_note(r.job_id, j.partition, why)
         elif r.phase == "released" and j.partition == self.inbox and j.pending:
             r.phase, r.profile = "inbox", "skipped"
             r.profile_reason = (f"not profiled: back in {self.inbox} after a requeue (restart {j.restart_count}; "
@@ -415,8 +426,7 @@ class Reconciler:
             self.store.settle_unapplied(r.job_id, "release", now, f"made: the job was found in {j.partition}")
             refused = self._refused.pop(r.job_id, None)
             if refused and j.pending and j.reason not in _CANNOT_RUN_THERE:
-                r.profile_reason += (f"; {MAY_NEVER_START} in {j.partition} (it reported: {refused}): its owner "
-                                     f"can `scontrol update jobid={r.job_id} partition=<one it may use>` or scancel it")
+                r.profile_reason += _never_start_note(r.job_id, j.partition, f"it reported: {refused}")
         else:
             return
         log.warning("job %s: %s", r.job_id, r.profile_reason)
@@ -435,10 +445,9 @@ class Reconciler:
         where = ("lucidd orders it there" if self.is_managed(now_in) else
                  "a partition lucidd does not order ([slurm] managed_partitions)")
         note = f"; moved from {old} to {now_in} by its owner or an admin: {where}"
-        text = r.profile_reason or ""
-        if f"; {MAY_NEVER_START} in " in text:  # said of the partition it left
-            text = text[:text.index(f"; {MAY_NEVER_START} in ")]
-        r.profile_reason = text + note  # its SiteFactor stays (Slurm keeps it on a move)
+        # the may-never-start note was said of the partition it left; its SiteFactor stays (Slurm
+        # keeps it on a move)
+        r.profile_reason = _without_never_start(r.profile_reason or "") + note
         r.order_reason = RANK_PREFIX.sub("", r.order_reason or "")  # the rank was in the partition it left
         log.info("job %s%s", r.job_id, note)
         changed[r.job_id] = r
@@ -448,16 +457,16 @@ class Reconciler:
         the inbox over every node accepted the job, where its own partition would have refused it:
         more GPUs than its nodes have, more nodes than it has, a longer limit than its MaxTime) is
         flagged for `lucidctl status` and `queue`; the flag goes when the job starts."""
-        note = f"; {MAY_NEVER_START} in "
         text = r.profile_reason or ""
+        flagged = _NEVER_START_NOTE in text
         stuck = j.pending and j.reason in _CANNOT_RUN_THERE and j.partition not in ("", self.inbox, self.profiling)
-        if stuck and note not in text:
-            r.profile_reason = (text + f"{note}{j.partition} ({j.reason}): its owner can `scontrol update "
-                                f"jobid={r.job_id} partition=<one it fits>`, change the request, or scancel it")
+        if stuck and not flagged:
+            r.profile_reason = text + _never_start_note(r.job_id, j.partition, j.reason,
+                                                        "partition=<one it fits>`, change the request, or scancel it")
             log.warning("job %s: %s", r.job_id, r.profile_reason)
             changed[r.job_id] = r
-        elif note in text and j.active:  # it started after all (an admin changed the partition or the job)
-            r.profile_reason = text[:text.index(note)]
+        elif flagged and j.active:  # it started after all (an admin changed the partition or the job)
+            r.profile_reason = _without_never_start(text)
             changed[r.job_id] = r
 
     def _backing_off(self, job_id: int, now: int) -> bool:
