@@ -218,7 +218,10 @@ def explain_data(cfg, store, job_id) -> dict:
     events = [(a.applied_at or a.created_at or 0, f"{_ts(a.applied_at or a.created_at)} {a.kind} [{a.status}]: "
                f"{a.reason}" + (f" ({a.error})" if a.error else "")) for a in actions if a.kind != "sitefactor"]
     if r.profile_start:
-        events.append((r.profile_start, f"started its profiling run {_ts(r.profile_start)}"))
+        # a shadow's (--dry-run) run never happened: it is the one lucidd would have started
+        virtual = any(a.kind == "profile" and a.status == "dry-run" for a in actions)
+        events.append((r.profile_start, f"{'dry-run: would have started' if virtual else 'started'} its profiling "
+                                        f"run {_ts(r.profile_start)}"))
     if r.start_time and r.start_time != r.profile_start:
         events.append((r.start_time, f"started {_ts(r.start_time)} in {r.partition_ran or r.target_partition}"))
     story += [text for _, text in sorted(events, key=lambda e: e[0])]

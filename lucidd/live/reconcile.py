@@ -32,7 +32,7 @@ import logging
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..backends.base import Backend, BackendError, ClusterSnapshot, LiveJob
 from .store import CycleRow, JobRow, Store
@@ -267,6 +267,8 @@ class Reconciler:
                     r.profile_start = j.start_time
                 r.start_time, r.partition_ran = j.start_time, j.partition
                 changed[jid] = r
+        if self.dry_run:
+            seen = self._shadow_views(records, seen, now)
         # 3. requeue mechanics: released after the requeue, once safe
         releasing = []
         for jid, r in records.items():
@@ -342,6 +344,31 @@ class Reconciler:
                           "or with the inbox UP; `lucidd-failopen --config ... --force` releases them)",
                           self.inbox, stuck)
         return n, recorded
+
+    def _shadow_views(self, records: dict, seen: dict, now: int) -> dict:
+        """A shadow's (--dry-run) virtual inbox and profiling runs: each job where the live daemon
+        would have it. A shadow moves nothing, so every job stays in its own partition, where
+        Slurm may start it. Seen as if it were in the inbox, a job lucidd has not yet let go waits
+        for profiling room and is not ordered in its partition; seen as if it were in profiling,
+        its run counts against the profiling capacity, is requeued at Tprof (counted from the cycle
+        that would have admitted it: as if it had started at once) and released. Jobs lucidd has
+        let go are returned as Slurm shows them."""
+        views = dict(seen)
+        for jid, r in records.items():
+            j = seen.get(jid)
+            if j is None or j.ended or j.partition == self.profiling:
+                continue
+            if r.phase == "inbox":
+                views[jid] = replace(j, partition=self.inbox, state="PENDING", reason="", start_time=None,
+                                     node_names=())
+            elif r.phase == "profiling" and r.profile in ("admitted", "abandoned"):
+                views[jid] = replace(j, partition=self.profiling, state="RUNNING", reason="",
+                                     start_time=r.profile_start or now, restart_count=r.restarts, node_names=())
+            elif r.phase == "requeued" and r.profile == "requeued":
+                views[jid] = replace(j, partition=self.profiling, state="PENDING", reason="BeginTime",
+                                     start_time=None, submit_time=r.requeued_at or now,
+                                     restart_count=r.restarts + 1, node_names=())
+        return views
 
     def _lendable(self, snap, waiting) -> tuple[int, int, list, frozenset]:
         """GPUs profiling may borrow ([profiler] lend_idle_gpus): the free GPUs on usable nodes of the
@@ -503,7 +530,7 @@ class Reconciler:
         return self._records
 
     def _close(self, r: JobRow, j: LiveJob | None, now: int):
-        r.phase = "done"
+        was, r.phase = r.phase, "done"
         r.end_time = (j.end_time if j is not None else None) or now
         r.final_state = j.state if j is not None else "GONE"
         # Slurm gives a job that ended while pending (scancel, or past its --deadline) a start time
@@ -519,6 +546,14 @@ class Reconciler:
                                 f"{(r.end_time - (r.profile_start or r.end_time))} s after it started there: "
                                 "never reached its partition")
             log.info("job %s: finished in profiling (%s)", r.job_id, r.final_state)
+        elif self.dry_run and r.profile == "admitted" and was == "profiling" and j is not None:
+            # It ran in its own partition and ended before its virtual run reached Tprof: it started
+            # there no earlier than the virtual run, so it would have ended inside that run.
+            r.profile = "finished"
+            r.profile_reason = (f"dry-run: ended ({r.final_state}) {r.end_time - (r.profile_start or r.end_time)} s "
+                                "into its virtual profiling run, before Tprof: live, it would never have reached "
+                                "its partition")
+            log.info("job %s: dry-run: would have finished in profiling (%s)", r.job_id, r.final_state)
 
     # -- applying -------------------------------------------------------------------------------
     def _act(self, key, job_id, kind, args, reason, fn, now, idempotent=True) -> bool:
@@ -675,6 +710,9 @@ class Reconciler:
             r.profile, r.phase, r.profile_reason, r.restarts = "admitted", "profiling", reasons[jid], \
                 seen[jid].restart_count
             r.lent = jid in lent
+            if self.dry_run:  # a virtual run (_shadow_views), taken to start at once
+                r.profile_start = now
+                r.profile_reason += "; dry-run: a virtual run from this cycle, the job stays in its partition"
             changed[jid] = r
             n += 1
         # inbox -> partition (no profiling), one call per partition; also jobs admitted to profiling

@@ -165,8 +165,8 @@ def test_explain_does_not_count_a_shadows_site_factor_as_set(setup):
 
     cfg, clock, slurm, daemon = setup
     shadow = daemon(dry_run=True)
-    for jid in (8, 9):  # pending in main, as a shadow sees jobs (no inbox)
-        slurm.jobs[jid] = LiveJob(jid, partition="main", gpus=8, submit_time=int(clock()))
+    for jid in (8, 9):  # pending in main, as a shadow sees jobs (no inbox); wider than Nprof: ordered at once
+        slurm.jobs[jid] = LiveJob(jid, partition="main", gpus=12, submit_time=int(clock()))
     clock.t += 10
     assert shadow.run_once()
     store = Store(cfg.database.url)
@@ -301,3 +301,52 @@ def test_the_first_cycle_after_a_start_orders_with_the_stored_history(tmp_path):
     row = Store(cfg.database.url).job(1)
     assert row.estimate_source.startswith("fallback:") and row.estimate_s == 40.0, (row.estimate_s,
                                                                                     row.estimate_source)
+
+
+def test_a_shadow_runs_its_profiling_virtually_within_the_capacity_and_tprof(tmp_path):
+    """A shadow's profiling was a sketch: the jobs it would have profiled stayed "in profiling" in
+    its records until they ended, and none counted against the capacity, so it would have profiled
+    every job at once. Now each would-be run is a virtual one: it holds profiling room from the
+    cycle that admits it, is requeued at Tprof and released, and a job that ends before Tprof
+    would have finished in profiling. Slurm is never asked anything."""
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path / "state"), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")},
+                            "profiler": {"tprof_s": 600, "capacity_gpus": 2, "skip_when_free": False,
+                                         "lend_idle_gpus": False}})
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    slurm.inbox_up = True  # a shadow runs without job_submit.lua: jobs go where they were sent
+    for jid in (1, 2, 3, 4):
+        slurm.submit(jid, partition="main", gpus=1).partition = "main"
+    shadow = Daemon(cfg, dry_run=True, backend=slurm, clock=clock)
+    shadow.start()
+
+    def state():
+        return {j: (r.phase, r.profile) for j, r in shadow.store.jobs().items()}
+
+    clock.t += 10
+    assert shadow.run_once()
+    assert state() == {1: ("profiling", "admitted"), 2: ("profiling", "admitted"),
+                       3: ("inbox", "pending"), 4: ("inbox", "pending")}  # 2 GPUs of room: 2 runs
+    for jid in (1, 2, 3, 4):  # Slurm starts them all in main, as it would without lucidd
+        slurm.start(jid)
+    clock.t += 300
+    slurm.end(2)  # 310 s after its virtual run began: it would have ended in profiling
+    assert shadow.run_once()
+    assert state()[2] == ("done", "finished")
+    assert "virtual profiling run" in shadow.store.job(2).profile_reason
+    assert state()[3] == ("profiling", "admitted") and state()[4] == ("inbox", "pending")  # 2's room
+    clock.t += 300  # job 1's virtual run reaches Tprof 600 s
+    assert shadow.run_once()
+    assert state()[1] == ("requeued", "requeued")
+    clock.t += 10
+    assert shadow.run_once()
+    assert state()[1] == ("released", "released") and state()[4] == ("profiling", "admitted")
+    assert not slurm.calls  # nothing sent to Slurm
+    kinds = [(a.kind, a.status) for a in shadow.store.actions_for(1)]
+    assert ("requeue", "dry-run") in kinds and ("release", "dry-run") in kinds
+    assert all(slurm.jobs[j].partition == "main" for j in (1, 3, 4))
+    from lucidd.admin_cli import explain_data, queue_data
+    story = " | ".join(explain_data(cfg, shadow.store, 1)["story"])
+    assert "dry-run: would have started its profiling run" in story, story
+    assert [b["job_id"] for b in queue_data(cfg, shadow.store)["profiling"]] == [3, 4]
