@@ -409,12 +409,22 @@ def test_dry_run_changes_nothing(clean_cluster, tmp_path, job_script, lucidd_fac
     wait_until(_until_tables(lambda: store.get_meta("last_ok_cycle") is not None), 60, "lucidd's first dry-run cycle")
     blocker = sbatch(job_script, 6, "-p", "main", "-w", "gpu1", "--exclusive", "--gres=gpu:8", name="b")
     job = sbatch(job_script, 2, "-p", "main", "-w", "gpu1", "--exclusive", "--gres=gpu:1", name="dry")
-    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] in (job, blocker)], 60, "jobs to finish")
+    # profiled virtually (Tprof 8 s): one that ends inside its run, one that outlives it
+    short = sbatch(job_script, 2, "-p", "main", "--gres=gpu:1", name="short")
+    long = sbatch(job_script, 14, "-p", "main", "--gres=gpu:1", name="long")
+    ids = (job, blocker, short, long)
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] in ids], 90, "jobs to finish")
+    time.sleep(3)  # a cycle or two to see them end
     daemon.stop()
     assert partition_up("inbox")
     acts = store.actions_for(job)
     assert acts and all(a.status == "dry-run" for a in acts)
-    assert sacct_runs([job])[job][-1][0] == "inbox"  # Slurm ran it where it was; lucidd moved nothing
+    runs = sacct_runs(list(ids))
+    assert runs[job][-1][0] == "inbox"  # Slurm ran it where it was; lucidd moved nothing
+    assert all(len(runs[j]) == 1 and runs[j][0][0] == "inbox" for j in (short, long)), runs  # one run each
+    assert store.job(short).profile == "finished", store.job(short).profile_reason
+    kinds = {a.kind: a.status for a in store.actions_for(long)}
+    assert kinds.get("profile") == kinds.get("requeue") == kinds.get("release") == "dry-run", kinds
 
 
 def test_once_exit_codes(slurm_cluster, tmp_path):
