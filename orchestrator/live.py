@@ -191,6 +191,13 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
         r = records.get(j.job_id)
         if r is None or r.profile in ("requeued", "released"):
             continue  # waiting to leave: holds no GPU
+        if r.profile == "admitted" and j.pending and r.profile_start is None and (j.held or j.dependency):
+            # held (or made to wait for other jobs) by its owner or an admin after its admission: it
+            # waits for no GPU, so it would only hold profiling room (as the skip rule says)
+            why = ("held by its owner or an admin" if j.held else f"made to wait for other jobs ({j.dependency})")
+            plan.release.append((j.job_id, f"not profiled: {why} after its admission to profiling; it waits "
+                                           "for its release in its own partition"))
+            continue
         if r.profile == "admitted" and j.pending and r.profile_start is None:
             # Admitted, but no node has had its GPUs free since: past 2 x Tprof from first sight it
             # goes to its partition unprofiled, as an inbox job would (measured: an 8-GPU job sat

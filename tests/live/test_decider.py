@@ -598,6 +598,21 @@ def test_held_and_dependent_jobs_skip_profiling(decider, kw, why):
     assert plan.profile == [] and ids(plan.release) == [1] and why in plan.release[0][1]
 
 
+@pytest.mark.parametrize("kw,why", [({"priority": 0}, "held by its owner"),
+                                    ({"dependency": "afterok:12(unfulfilled)"}, "wait for other jobs")])
+def test_a_job_held_after_its_admission_leaves_profiling_at_once(decider, kw, why):
+    """Held (or given a dependency) while admitted and not started, a job held profiling room for
+    2 x Tprof and then went back with "no node there had its GPUs free" (an admin trial): it now
+    goes to its partition at once, its room freed in the same cycle."""
+    held = lj(1, 8, partition="profiling", **kw)
+    records = {1: rec(held, first_seen=NOW - 30, profile="admitted", phase="profiling")}
+    new = lj(2, 8)
+    plan = decider.decide(inp([new], profiling=[held], records=records, profiling_gpus=16))
+    assert ids(plan.release) == [1] and why in reasons(plan.release)[1]
+    assert "GPUs free" not in reasons(plan.release)[1]
+    assert ids(plan.profile) == [2]  # capacity 8: the held job's room went to the new one
+
+
 def test_a_long_run_reaching_long_tprof_is_requeued_not_left_to_finish(tmp_path):
     """A run kept past Tprof as one of the oldest within long_share is requeued at long_tprof_s, on
     the cycle that sees it there (up to the grace later), like a lent run; only a run far past it
