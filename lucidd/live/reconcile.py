@@ -362,8 +362,10 @@ class Reconciler:
                 views[jid] = replace(j, partition=self.inbox, state="PENDING", reason="", start_time=None,
                                      node_names=())
             elif r.phase == "profiling" and r.profile in ("admitted", "abandoned"):
+                # (a shadow's record from before virtual runs has no start: its first sight stands in)
                 views[jid] = replace(j, partition=self.profiling, state="RUNNING", reason="",
-                                     start_time=r.profile_start or now, restart_count=r.restarts, node_names=())
+                                     start_time=r.profile_start or r.first_seen or now, restart_count=r.restarts,
+                                     node_names=())
             elif r.phase == "requeued" and r.profile == "requeued":
                 views[jid] = replace(j, partition=self.profiling, state="PENDING", reason="BeginTime",
                                      start_time=None, submit_time=r.requeued_at or now,
