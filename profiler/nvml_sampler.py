@@ -3,29 +3,38 @@
 One sampler runs on every GPU node (`lucidd-sampler`, systemd/lucidd-sampler.service). Every
 `interval_s` it reads, through NVML (the `pynvml` module of NVIDIA's `nvidia-ml-py`):
 
-* per GPU, the utilisation rates of the last sample period: SM (`gpu_util`, %) and memory
-  read/write (`gmem_util`, %), from `nvmlDeviceGetUtilizationRates`;
-* per GPU, the compute processes on it and the memory each holds (`nvmlDeviceGetComputeRunningProcesses`;
-  `usedGpuMemory` is in bytes, or None where the driver does not say).
+* per GPU, the utilisation rates of the driver's last sample period (1/6 s to 1 s, depending on
+  the product; not the whole `interval_s`): `gpu_util`, the % of that time during which one or
+  more kernels ran (NVML's `utilization.gpu`: not SM occupancy), and `gmem_util`, the % of it
+  during which device memory was read or written; from `nvmlDeviceGetUtilizationRates`. A GPU in
+  MIG mode has no such figure (NVML: not supported on MIG-enabled GPUs): it is not asked for;
+* per GPU, the compute processes on it and the memory each holds
+  (`nvmlDeviceGetComputeRunningProcesses_v3`, else `_v2`; `usedGpuMemory` is in bytes, or None
+  where the driver does not say). NVML gives host PIDs (the driver ignores PID namespaces), so the
+  sampler must run in the host's PID namespace to find them in /proc.
 
 A process belongs to the Slurm job whose cgroup holds it (`/proc/PID/cgroup`: `.../job_1234/...`
 under cgroup v1 and v2), else the job named by its `SLURM_JOB_ID` (`/proc/PID/environ`, readable by
-root); the partition the run was started in is its `SLURM_JOB_PARTITION`. A GPU's utilisation
-counts for a job when that job is the only one with processes on it (a profiling run has its GPUs
-to itself); a GPU shared by several jobs gives them its memory figures only.
+root); the partition the run was started in is its `SLURM_JOB_PARTITION` (when that environment is
+the same job's). A GPU's utilisation counts for a job when that job is the only one with processes
+on it (a profiling run has its GPUs to itself); a GPU shared by several jobs gives them its memory
+figures only.
 
 Per (job, partition of the run, node) the sampler keeps: samples, mean `gpu_util` and `gmem_util`
 over its GPUs and samples, the most memory it held on one GPU (`gmem`, MiB: Lucid's packing model
-reads MB of the busiest GPU) and the GPUs it used; every `flush_s` they are written to lucidd's
-database (`gpu_profiles`), where lucidd reads the profiling run's figures (the rows whose partition
-is the profiling partition). A job with no process on its GPUs is not seen at all.
+reads MB of the busiest GPU) and the GPUs it used (NVML's indices, as nvidia-smi numbers them);
+every `flush_s` they are written to lucidd's database (`gpu_profiles`), where lucidd reads the
+profiling run's figures (the rows whose partition is the profiling partition). A job with no
+process on its GPUs is not seen at all.
 
 NVML is the one part of lucidd that needs a GPU. Everything here takes the NVML module as an
 argument, so tests pass a fake with the same functions and the same return shapes
 (tests/profiler/fake_nvml.py), and the real module is used unchanged on a GPU node. NVML errors:
-at start (no driver, no library, no permission) the sampler stops with one line; per GPU or per
-query (a GPU lost, a query not supported) that GPU is skipped for the sample and the error logged
-once per kind; a process that ends between NVML's answer and the /proc read is skipped.
+at start (no driver, no library, no permission, or an nvidia-ml-py whose process records do not
+match the driver's) the sampler stops with one line; per GPU or per query (a GPU lost, a query not
+supported) that GPU is skipped for the sample and the error logged once per kind, and a lost GPU
+is left alone for LOST_RETRY_READINGS readings before it is tried again; a process that ends
+between NVML's answer and the /proc read is skipped.
 """
 
 from __future__ import annotations
@@ -62,14 +71,21 @@ def job_of_pid(pid: int, proc_dir: str = "/proc") -> tuple[int | None, str]:
                 if m:
                     job = int(m.group(1))
                     break
-    except OSError:  # ended, or another PID namespace
+    except OSError:  # ended, not ours to read, or another PID namespace
         pass
     env = _environ(pid, proc_dir)
+    try:
+        env_job = int(env.get("SLURM_JOB_ID", ""))
+    except ValueError:
+        env_job = None
     if job is None:
-        try:
-            job = int(env.get("SLURM_JOB_ID", ""))
-        except ValueError:
+        if env_job is None:
             return None, ""
+        job = env_job
+    elif env_job is not None and env_job != job:
+        # an environment inherited from another job (e.g. `srun --jobid` from inside one): its
+        # partition is that job's, not this run's
+        return job, ""
     return job, env.get("SLURM_JOB_PARTITION", "")
 
 
@@ -94,63 +110,151 @@ def _environ(pid: int, proc_dir: str) -> dict:
 @dataclass
 class GpuReading:
     index: int
-    gpu_util: float | None  # % (None: the query failed or is not supported)
+    gpu_util: float | None  # % (None: the query failed, is not supported, or the GPU is in MIG mode)
     gmem_util: float | None
     processes: dict  # pid -> bytes of GPU memory (None: the driver does not say)
+    mig: bool = False  # MIG mode: processes of all its instances, no utilisation
 
 
-def read_gpus(nvml, errors: dict | None = None) -> list[GpuReading]:
+# A GPU that NVML reports lost (fallen off the bus) is not asked again for this many readings: each
+# call on it may wait for the driver's timeout, and it needs a reset or a reboot to come back.
+LOST_RETRY_READINGS = 60
+
+
+def nvml_errors(nvml) -> tuple:
+    """What an NVML query can raise: NVMLError (each NVML_ERROR_* is a subclass) and, from the
+    unversioned wrappers of recent nvidia-ml-py (`@throwOnVersionMismatch`), NVMLLibraryMismatchError,
+    which is *not* an NVMLError: it replaces NVMLError_FunctionNotFound."""
+    out = [nvml.NVMLError]
+    mismatch = getattr(nvml, "NVMLLibraryMismatchError", None)
+    if isinstance(mismatch, type) and issubclass(mismatch, Exception):
+        out.append(mismatch)
+    return tuple(out)
+
+
+def read_gpus(nvml, errors: dict | None = None, lost: dict | None = None) -> list[GpuReading]:
     """One reading of every GPU NVML lists. A GPU or query that fails is skipped (or its figure
-    left None), counted in `errors` (kind -> count) and logged the first time it happens."""
+    left None), counted in `errors` (kind -> count) and logged the first time it happens. `lost`
+    (GPU index -> readings still to skip) keeps a lost GPU out of the next readings."""
     errors = errors if errors is not None else {}
+    lost = lost if lost is not None else {}
+    errs = nvml_errors(nvml)
     try:
         count = nvml.nvmlDeviceGetCount()
-    except nvml.NVMLError as exc:
+    except errs as exc:
         _note(errors, "nvmlDeviceGetCount", exc)
         return []
     out = []
     for i in range(count):
-        try:
-            handle = nvml.nvmlDeviceGetHandleByIndex(i)
-        except nvml.NVMLError as exc:  # e.g. GPU lost, or fallen off the bus
-            _note(errors, f"GPU {i}", exc)
+        if lost.get(i, 0) > 0:
+            lost[i] -= 1
             continue
-        util = mem_util = None
         try:
-            rates = nvml.nvmlDeviceGetUtilizationRates(handle)
-            util, mem_util = float(rates.gpu), float(rates.memory)
-        except nvml.NVMLError as exc:
-            _note(errors, f"GPU {i} utilisation", exc)
-        procs = {}
-        try:
-            for p in _compute_processes(nvml, handle):
-                used = getattr(p, "usedGpuMemory", None)
-                procs[int(p.pid)] = int(used) if isinstance(used, int) and used >= 0 else None
-        except nvml.NVMLError as exc:
-            _note(errors, f"GPU {i} processes", exc)
-            continue  # without processes nothing can be given to a job
-        out.append(GpuReading(i, util, mem_util, procs))
+            reading = _read_gpu(nvml, i, errors, errs)
+        except errs as exc:  # the GPU cannot be read at all: lost, fallen off the bus, no permission
+            _note(errors, f"GPU {i}", exc)
+            if _is_lost(nvml, exc):
+                lost[i] = LOST_RETRY_READINGS
+            continue
+        lost.pop(i, None)
+        if reading is not None:
+            out.append(reading)
     return out
 
 
-def _compute_processes(nvml, handle):
-    """nvmlDeviceGetComputeRunningProcesses, which calls the _v3 entry point of drivers from 510 on;
-    an older driver lacks it (NVMLError_FunctionNotFound), and the _v2 call gives the same fields."""
+def _read_gpu(nvml, i: int, errors: dict, errs: tuple) -> GpuReading | None:
+    """GPU i's reading; None when its processes cannot be read. Raises what makes the whole GPU
+    unreadable (no handle; lost)."""
+    handle = nvml.nvmlDeviceGetHandleByIndex(i)
+    mig = _mig_enabled(nvml, handle, errs)
+    util = mem_util = None
+    if mig:
+        _note(errors, f"GPU {i}", "in MIG mode: no utilisation figures (NVML has none), memory per process only",
+              level=logging.INFO)
+    else:
+        try:
+            rates = nvml.nvmlDeviceGetUtilizationRates(handle)
+            util, mem_util = float(rates.gpu), float(rates.memory)
+        except errs as exc:
+            if _is_lost(nvml, exc):
+                raise
+            _note(errors, f"GPU {i} utilisation", exc)
+    procs = {}
     try:
-        return nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-    except nvml.NVMLError as exc:
-        older = getattr(nvml, "nvmlDeviceGetComputeRunningProcesses_v2", None)
-        not_found = getattr(nvml, "NVMLError_FunctionNotFound", None)
-        if older is None or not_found is None or not isinstance(exc, not_found):
+        for p in _compute_processes(nvml, handle):
+            used = getattr(p, "usedGpuMemory", None)
+            procs[int(p.pid)] = int(used) if isinstance(used, int) and used >= 0 else None
+    except errs as exc:
+        if _is_lost(nvml, exc):
             raise
-        return older(handle)
+        _note(errors, f"GPU {i} processes", exc)
+        return None  # without processes nothing can be given to a job
+    return GpuReading(i, util, mem_util, procs, mig)
 
 
-def _note(errors: dict, what: str, exc) -> None:
+def _is_lost(nvml, exc) -> bool:
+    lost = getattr(nvml, "NVMLError_GpuIsLost", None)
+    return isinstance(lost, type) and isinstance(exc, lost)
+
+
+def _mig_enabled(nvml, handle, errs: tuple) -> bool:
+    """Whether the GPU is in MIG mode now (nvmlDeviceGetMigMode: [current, pending]). A GPU that
+    cannot be in MIG mode answers NotSupported, a driver older than MIG FunctionNotFound: not MIG."""
+    get = getattr(nvml, "nvmlDeviceGetMigMode", None)
+    if get is None:
+        return False
+    try:
+        current = get(handle)[0]
+    except errs as exc:
+        if _is_lost(nvml, exc):
+            raise
+        return False
+    return current == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)
+
+
+_PROCESS_QUERIES = ("nvmlDeviceGetComputeRunningProcesses_v3",  # drivers from 510 on
+                    "nvmlDeviceGetComputeRunningProcesses_v2",  # older drivers (absent in nvidia-ml-py 12.535.x)
+                    "nvmlDeviceGetComputeRunningProcesses")
+
+
+def _compute_processes(nvml, handle):
+    """The GPU's compute processes, from the newest process query both nvidia-ml-py and the driver
+    have. The versioned calls are used by name: the unversioned one of recent nvidia-ml-py calls
+    _v3 and turns the FunctionNotFound of an older driver into NVMLLibraryMismatchError."""
+    missing = tuple(c for c in (getattr(nvml, "NVMLError_FunctionNotFound", None),
+                                getattr(nvml, "NVMLLibraryMismatchError", None)) if isinstance(c, type))
+    last = None
+    for name in _PROCESS_QUERIES:
+        query = getattr(nvml, name, None)
+        if query is None:
+            continue
+        try:
+            return query(handle)
+        except missing as exc:
+            last = exc
+    if last is None:
+        raise nvml.NVMLError(13)  # no process query at all (NVML_ERROR_FUNCTION_NOT_FOUND)
+    raise last
+
+
+def process_record_problem(nvml) -> str | None:
+    """Why this nvidia-ml-py cannot read the driver's process records, or None. nvidia-ml-py
+    12.535.77 reads them as 32-byte records (with usedGpuCcProtectedMemory); the drivers from
+    535.98 on write 24-byte ones (nvmlProcessInfo_v2_t layout) for the _v3 query, so from the second
+    process on every pid and memory figure it returns is garbage."""
+    struct = getattr(nvml, "c_nvmlProcessInfo_v3_t", None) or getattr(nvml, "c_nvmlProcessInfo_t", None)
+    fields = [f[0] for f in getattr(struct, "_fields_", ())]
+    if "usedGpuCcProtectedMemory" in fields:
+        return ("this nvidia-ml-py reads process records with a layout the driver does not write "
+                "(nvidia-ml-py 12.535.77): install nvidia-ml-py 12.535.108 or later")
+    return None
+
+
+def _note(errors: dict, what: str, exc, level: int = logging.WARNING) -> None:
     kind = f"{what}: {exc}"
     errors[kind] = errors.get(kind, 0) + 1
     if errors[kind] == 1:
-        log.warning("NVML %s (skipped; logged once)", kind)
+        log.log(level, "NVML %s (%s)", kind, "skipped; logged once" if level >= logging.WARNING else "logged once")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -192,6 +296,7 @@ class Sampler:
         self.profiles: dict[tuple[int, str], JobGpuProfile] = {}
         self.dirty: set = set()  # keys changed since the last take_changes()
         self.errors: dict[str, int] = {}
+        self.lost: dict[int, int] = {}  # lost GPU -> readings it is still left out of
         self.started = False
 
     def start(self) -> None:
@@ -201,12 +306,20 @@ class Sampler:
             raise SamplerError(f"NVML cannot start on {self.node}: {exc} (is the NVIDIA driver loaded, and "
                                "does the sampler run as root?)") from None
         self.started = True
+        problem = process_record_problem(self.nvml)
+        if problem:
+            self.stop()
+            raise SamplerError(f"NVML cannot be used on {self.node}: {problem}")
         try:
             driver = self.nvml.nvmlSystemGetDriverVersion()
             count = self.nvml.nvmlDeviceGetCount()
             log.info("NVML on %s: driver %s, %d GPU(s)", self.node, _text(driver), count)
-        except self.nvml.NVMLError as exc:
+        except nvml_errors(self.nvml) as exc:
             log.warning("NVML on %s: %s", self.node, exc)
+        if not in_host_pid_namespace(self.proc_dir):
+            log.warning("lucidd-sampler runs in a PID namespace of its own: NVML gives host PIDs, which name other "
+                        "processes (or none) in %s, so jobs are not found or are mistaken; run it on the host "
+                        "(or with the host's PID namespace)", self.proc_dir)
 
     def stop(self) -> None:
         if self.started:
@@ -218,7 +331,7 @@ class Sampler:
 
     def sample(self, now: int) -> int:
         """Take one reading at `now`; returns how many jobs had a process on a GPU."""
-        readings = read_gpus(self.nvml, self.errors)
+        readings = read_gpus(self.nvml, self.errors, self.lost)
         owner_cache: dict[int, tuple[int | None, str]] = {}
         seen: set = set()
         for g in readings:
@@ -262,6 +375,19 @@ class Sampler:
         whose list (to be written) keeps its own references."""
         for key in [k for k, p in self.profiles.items() if p.last_t < t and k not in self.dirty]:
             del self.profiles[key]
+
+
+# the inode of the initial PID namespace (PROC_PID_INIT_INO, include/linux/proc_ns.h)
+_HOST_PID_NS = "pid:[4026531836]"
+
+
+def in_host_pid_namespace(proc_dir: str = "/proc") -> bool:
+    """False when this process is in a PID namespace other than the host's (a container without
+    the host's PIDs); True when it is, or when that cannot be read."""
+    try:
+        return os.readlink(os.path.join(proc_dir, "self", "ns", "pid")) == _HOST_PID_NS
+    except OSError:
+        return True
 
 
 def _text(v) -> str:

@@ -10,12 +10,25 @@ import pytest
 
 from lucidd.live.config import config_from_dict
 from lucidd.live.store import Store, StoreError
-from profiler.nvml_sampler import MIB, Sampler, SamplerError, job_of_pid, read_gpus
+import profiler.nvml_sampler as ns
+from profiler.nvml_sampler import MIB, Sampler, SamplerError, in_host_pid_namespace, job_of_pid, load_nvml, \
+    process_record_problem, read_gpus
 from profiler.sampler_main import SamplerService, main
+from tests.profiler import fake_nvml as fk
 from tests.profiler.fake_nvml import FakeNvml, NVMLError_GpuIsLost, NVMLError_LibraryNotFound, \
     NVMLError_NotSupported, fake_proc
 
 GIB = 1024 * MIB
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored():
+    """main() sets the root logger's handler to the stderr of its test (closed afterwards): later
+    tests' log lines would go to a closed file ("--- Logging error ---")."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:], root.level = handlers, level
 
 
 @pytest.fixture
@@ -108,8 +121,15 @@ def test_the_fake_has_the_real_modules_interface():
     """The fake stands in for pynvml only while its calls are pynvml's (nvidia-ml-py, in the test
     extra); and on this machine without a GPU the real module fails the way the fake is told to."""
     pynvml = pytest.importorskip("pynvml")
-    used = [n for n in dir(FakeNvml) if n.startswith("nvml") or n.startswith("NVMLError")]
+    used = [n for n in dir(FakeNvml) if n.startswith("nvml") or n.startswith("NVML")]
     assert [n for n in used if not hasattr(pynvml, n)] == []
+    errors = [n for n in dir(fk) if n.startswith("NVMLError_")]
+    assert {n: fk.__dict__[n]().value for n in errors} == {n: getattr(pynvml, n)().value for n in errors}
+    assert pynvml.NVML_DEVICE_MIG_ENABLE == fk.NVML_DEVICE_MIG_ENABLE
+    # what the sampler relies on: the mismatch error is no NVMLError, so it must be caught by name
+    if hasattr(pynvml, "NVMLLibraryMismatchError"):
+        assert not issubclass(pynvml.NVMLLibraryMismatchError, pynvml.NVMLError)
+    assert process_record_problem(pynvml) is None  # the installed nvidia-ml-py reads the driver's records
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
@@ -260,3 +280,218 @@ def test_status_counts_the_nodes_whose_samplers_report(tmp_path, proc):
         svc.step()
     assert status_data(cfg, store, now=10_100.0)["gpu_samplers"] == {
         "nodes": 2, "nodes_last_10_min": 1, "last_reading_age_s": 100.0}
+
+
+# ------------------------------------------------------------------------------------------------
+# Real NVML behaviour: process query versions, errors of every kind, lost GPUs, MIG
+
+
+def test_a_driver_before_510_with_recent_nvidia_ml_py_neither_crashes_nor_loses_processes(proc, caplog):
+    """nvidia-ml-py 13's unversioned nvmlDeviceGetComputeRunningProcesses raises
+    NVMLLibraryMismatchError (no NVMLError) where the driver lacks _v3: the sampler asks _v3, then
+    _v2, by name."""
+    nvml = FakeNvml(node_gpus(), old_driver=True)
+    with pytest.raises(fk.NVMLLibraryMismatchError):
+        nvml.nvmlDeviceGetComputeRunningProcesses(nvml.nvmlDeviceGetHandleByIndex(0))
+    readings = read_gpus(nvml, {})
+    assert [g.processes for g in readings] == [g["procs"] for g in node_gpus()]
+    assert "nvmlDeviceGetComputeRunningProcesses_v2:1" in nvml.calls
+
+    class Nvml12535(FakeNvml):  # nvidia-ml-py 12.535.108..12.x: no _v2 at all
+        nvmlDeviceGetComputeRunningProcesses_v2 = None
+
+    errors = {}
+    s = Sampler(Nvml12535(node_gpus(), old_driver=True), "gpu01", str(proc))
+    s.start()
+    s.errors = errors
+    with caplog.at_level(logging.WARNING, logger="lucidd.sampler"):
+        assert s.sample(1) == 0  # no processes: no job, but no crash either
+    assert all("does not match" in k for k in errors) and len(errors) == 3
+
+
+@pytest.mark.parametrize("error", [fk.NVMLError_NoPermission, fk.NVMLError_Unknown, fk.NVMLError_Timeout,
+                                   fk.NVMLError_InsufficientSize, fk.NVMLError_NotSupported,
+                                   fk.NVMLError_Uninitialized, fk.NVMLLibraryMismatchError])
+@pytest.mark.parametrize("call", ["nvmlDeviceGetHandleByIndex", "nvmlDeviceGetMigMode",
+                                  "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetComputeRunningProcesses_v3"])
+def test_one_gpu_failing_in_any_way_leaves_the_others_figures(proc, call, error):
+    nvml = FakeNvml(node_gpus(), fail={f"{call}:0": error})
+    s = Sampler(nvml, "gpu01", str(proc))
+    s.start()
+    s.sample(1)
+    b = s.profiles[(202, "main")]  # GPU 1's job
+    assert (b.gpu_util, b.gmem_util, b.gmem_max_mib, b.samples) == (20, 10, 2048, 1)
+    if call == "nvmlDeviceGetMigMode":  # cannot say: taken as not in MIG mode
+        assert s.profiles[(101, "profiling")].gpu_util == 80
+    assert len(s.errors) <= 1
+
+
+def test_a_node_whose_driver_went_away_gives_an_empty_reading(proc):
+    s = Sampler(FakeNvml(node_gpus()), "gpu01", str(proc))
+    s.start()
+    s.nvml.fail["nvmlDeviceGetCount"] = fk.NVMLError_DriverNotLoaded
+    assert s.sample(1) == 0 and list(s.errors) == ["nvmlDeviceGetCount: Driver Not Loaded"]
+
+
+@pytest.mark.parametrize("call", ["nvmlDeviceGetHandleByIndex", "nvmlDeviceGetMigMode",
+                                  "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetComputeRunningProcesses_v3"])
+def test_a_lost_gpu_is_left_alone_for_a_while_then_tried_again(proc, monkeypatch, caplog, call):
+    monkeypatch.setattr(ns, "LOST_RETRY_READINGS", 3)
+    nvml = FakeNvml(node_gpus(), fail={f"{call}:0": NVMLError_GpuIsLost})
+    s = Sampler(nvml, "gpu01", str(proc))
+    s.start()
+    with caplog.at_level(logging.WARNING, logger="lucidd.sampler"):
+        for t in range(8):  # lost at 0, left out at 1-3, lost again at 4, left out at 5-7
+            s.sample(t)
+    assert nvml.calls.count("nvmlDeviceGetHandleByIndex:0") == 2
+    assert nvml.calls.count("nvmlDeviceGetHandleByIndex:1") == 8  # the others read every time
+    assert s.profiles[(202, "main")].samples == 8 and (101, "profiling") not in s.profiles
+    assert len([r for r in caplog.records if "GPU is lost" in r.getMessage()]) == 1
+    del nvml.fail[f"{call}:0"]  # reset: back
+    for t in range(8, 12):
+        s.sample(t)
+    assert s.profiles[(101, "profiling")].samples == 4 and s.lost == {}  # tried again at 8, and read
+
+
+def test_a_gpu_in_mig_mode_gives_memory_only_and_no_false_utilisation(proc, caplog):
+    """MIG on: nvmlDeviceGetUtilizationRates has no figure (NotSupported), so it is not asked; the
+    parent's process list has the processes of every instance (as root), each with its memory."""
+    gpus = [{"util": 0, "mem_util": 0, "mig": True, "procs": {100: 5 * GIB}},            # one job on an instance
+            {"util": 0, "mem_util": 0, "mig": True, "procs": {110: 1 * GIB, 200: 2 * GIB}},  # two jobs, two instances
+            {"util": 30, "mem_util": 3, "mig": None, "procs": {200: 1 * GIB}}]            # a GPU without MIG
+    nvml = FakeNvml(gpus)
+    s = Sampler(nvml, "gpu01", str(proc))
+    s.start()
+    with caplog.at_level(logging.INFO, logger="lucidd.sampler"):
+        s.sample(1)
+        s.sample(2)
+    assert "nvmlDeviceGetUtilizationRates:0" not in nvml.calls and "nvmlDeviceGetUtilizationRates:1" not in nvml.calls
+    a, b = s.profiles[(101, "profiling")], s.profiles[(202, "main")]
+    assert (a.gpu_util, a.gmem_util, a.gmem_max_mib, a.gpus) == (None, None, 5 * 1024, {0, 1})
+    assert (b.gpu_util, b.gmem_max_mib, b.gpus) == (30, 2 * 1024, {1, 2})  # utilisation of GPU 2 only
+    mig = [r for r in caplog.records if "MIG mode" in r.getMessage()]
+    assert len(mig) == 2 and all(r.levelno == logging.INFO for r in mig)  # once per GPU, not a warning
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_an_nvidia_ml_py_that_misreads_process_records_does_not_start(tmp_path, capsys, monkeypatch):
+    """nvidia-ml-py 12.535.77 reads 32-byte records (usedGpuCcProtectedMemory) where drivers from
+    535.98 on write 24-byte ones: every pid after the first would be garbage, and a garbage pid is
+    some other process's."""
+
+    class Struct:
+        def __init__(self, *names):
+            self._fields_ = [(n, int) for n in names]
+
+    class Nvml12535_77(FakeNvml):  # noqa: N801
+        c_nvmlProcessInfo_t = Struct("pid", "usedGpuMemory", "gpuInstanceId", "computeInstanceId",
+                                     "usedGpuCcProtectedMemory")
+
+    class Nvml13(FakeNvml):
+        c_nvmlProcessInfo_v3_t = c_nvmlProcessInfo_t = Struct("pid", "usedGpuMemory", "gpuInstanceId",
+                                                              "computeInstanceId")
+
+    assert process_record_problem(Nvml13()) is None and process_record_problem(FakeNvml()) is None
+    bad = Nvml12535_77(node_gpus())
+    with pytest.raises(SamplerError, match="nvidia-ml-py 12.535.108 or later"):
+        Sampler(bad, "gpu01").start()
+    assert not bad.initialised  # shut down again
+    import profiler.sampler_main as sm
+
+    cfgfile = tmp_path / "lucidd.toml"
+    cfgfile.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n')
+    monkeypatch.setattr(sm, "load_nvml", lambda: Nvml12535_77(node_gpus()))
+    assert main(["--config", str(cfgfile), "--once"]) == 3
+    err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("WARNING")]
+    assert len(err) == 1 and "12.535.108" in err[0]
+
+
+@pytest.mark.parametrize("error, text", [(fk.NVMLError_DriverNotLoaded, "Driver Not Loaded"),
+                                         (fk.NVMLError_NoPermission, "Insufficient Permissions"),
+                                         (fk.NVMLError_Unknown, "Unknown Error")])
+def test_every_init_failure_is_one_line_and_exit_3(tmp_path, capsys, monkeypatch, error, text):
+    import profiler.sampler_main as sm
+
+    cfgfile = tmp_path / "lucidd.toml"
+    cfgfile.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n')
+    monkeypatch.setattr(sm, "load_nvml", lambda: FakeNvml(fail={"nvmlInit": error}))
+    assert main(["--config", str(cfgfile)]) == 3
+    err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("WARNING")]
+    assert len(err) == 1 and text in err[0]
+
+
+def test_no_pynvml_module_is_a_sampler_error(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    with pytest.raises(SamplerError, match="nvidia-ml-py"):
+        load_nvml()
+
+
+# ------------------------------------------------------------------------------------------------
+# /proc: cgroup layouts and odd cases
+
+
+@pytest.mark.parametrize("cgroup, job", [
+    # cgroup v2, Slurm 22.05+: batch step, a numbered step, the extern step (pam_slurm_adopt)
+    ("0::/system.slice/slurmstepd.scope/job_123/step_batch/user/task_0\n", 123),
+    ("0::/system.slice/slurmstepd.scope/job_123/step_0/user/task_3\n", 123),
+    ("0::/system.slice/slurmstepd.scope/job_123/step_extern/user/task_special\n", 123),
+    # several slurmd on one host: the scope is named after the node
+    ("0::/system.slice/gpu01_slurmstepd.scope/job_77/step_0/user/task_0\n", 77),
+    # cgroup v1, and a hybrid host whose first lines are systemd's
+    ("12:memory:/slurm/uid_1000/job_123/step_0/task_0\n", 123),
+    ("1:name=systemd:/system.slice/slurmd.service\n0::/system.slice/slurmd.service\n"
+     "7:devices:/slurm/uid_1000/job_55/step_0\n", 55),
+    ("4:cpuset:/slurm_gpu01/uid_0/job_9/step_extern\n", 9),
+    # not a job's: slurmstepd's own cgroup, a user's unit that happens to say job_N, a login session
+    ("0::/system.slice/slurmstepd.scope/system\n", None),
+    ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/job_12.scope\n", None),
+    ("0::/user.slice/user-1000.slice/session-3.scope\n", None),
+    ("", None),
+])
+def test_job_from_every_cgroup_layout(tmp_path, cgroup, job):
+    fake_proc(tmp_path, 42, cgroup=cgroup, partition="main")
+    assert job_of_pid(42, str(tmp_path)) == ((job, "main") if job else (None, ""))
+
+
+def test_proc_files_that_cannot_be_read(tmp_path, monkeypatch):
+    import builtins
+
+    fake_proc(tmp_path, 10, job=5, partition="main", env_job=5)
+    fake_proc(tmp_path, 11, job=6, partition="main", env_job=6)
+    real_open = builtins.open
+
+    def guarded(path, *a, **k):
+        if str(path).endswith("10/cgroup") or str(path).startswith(str(tmp_path / "11")):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", guarded)
+    assert job_of_pid(10, str(tmp_path)) == (5, "main")  # the environment still says
+    assert job_of_pid(11, str(tmp_path)) == (None, "")  # neither readable: nobody's
+    (tmp_path / "12").mkdir()  # a process that ended while its directory was read
+    assert job_of_pid(12, str(tmp_path)) == (None, "")
+
+
+def test_an_environment_of_another_job_gives_no_partition(tmp_path):
+    """The cgroup says the job; SLURM_JOB_PARTITION is the run's only when the environment is of
+    the same job (`srun --jobid=B` from inside job A carries A's variables into B's cgroup)."""
+    fake_proc(tmp_path, 50, job=7, env_job=8, partition="profiling")
+    fake_proc(tmp_path, 51, job=7, env_job=7, partition="profiling")
+    assert job_of_pid(50, str(tmp_path)) == (7, "")
+    assert job_of_pid(51, str(tmp_path)) == (7, "profiling")
+
+
+def test_a_sampler_outside_the_hosts_pid_namespace_says_so(tmp_path, caplog):
+    host, container = tmp_path / "host", tmp_path / "container"
+    for root, ns_name in ((host, "pid:[4026531836]"), (container, "pid:[4026532712]")):
+        (root / "self" / "ns").mkdir(parents=True)
+        (root / "self" / "ns" / "pid").symlink_to(ns_name)
+    assert in_host_pid_namespace(str(host)) and not in_host_pid_namespace(str(container))
+    assert in_host_pid_namespace(str(tmp_path / "nothing"))  # cannot tell: no warning
+    with caplog.at_level(logging.WARNING, logger="lucidd.sampler"):
+        Sampler(FakeNvml(node_gpus()), "gpu01", str(host)).start()
+        assert not [r for r in caplog.records if "PID namespace" in r.getMessage()]
+        Sampler(FakeNvml(node_gpus()), "gpu01", str(container)).start()
+    assert len([r for r in caplog.records if "PID namespace" in r.getMessage()]) == 1
