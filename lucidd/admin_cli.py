@@ -361,5 +361,5 @@ def cmd_live(args) -> int:
         memory = "?" if g["gmem_mib"] is None else f"{g['gmem_mib']:,.0f} MiB"
         print(f"  GPUs ({'profiling run' if g['profiling_run'] else 'run'} in {g['partition'] or '?'} on {g['node']}, "
               f"NVML {g['gpus'] or '-'}, {g['samples']} readings {_ts(g['first_t'])} .. {_ts(g['last_t'])}): "
-              f"SM {_pct(g['gpu_util'])}, memory bandwidth {_pct(g['gmem_util'])}, memory {memory}")
+              f"kernels running {_pct(g['gpu_util'])} of the time, memory read/write {_pct(g['gmem_util'])}, memory {memory}")
     return 0

@@ -71,7 +71,7 @@ def test_a_profiling_runs_gpu_use_reaches_explain(clean_cluster, tmp_path, job_s
     assert u["gpu_util"] == 60 and u["gmem_util"] == 20 and u["gmem_mib"] == 3 * 1024
     text = subprocess.run([str(VENV_BIN / "lucidctl"), "explain", "job", str(job), "--config", str(cfg_path)],
                           capture_output=True, text=True, timeout=60).stdout
-    assert "GPUs (profiling run in profiling on gpu1" in text and "SM 60 %" in text, text
+    assert "GPUs (profiling run in profiling on gpu1" in text and "kernels running 60 % of the time" in text, text
     assert node  # the job really ran on a node of the cluster
     sh("scancel", str(job))
     wait_until(lambda: not [j for j in active_jobs() if j["job_id"] == job], 60, "the job to end")
