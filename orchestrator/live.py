@@ -101,6 +101,15 @@ def profiling_skip_reason(p, j, record) -> str | None:
         return "held: it waits for its release in its own partition"
     if j.dependency:
         return f"waits for other jobs ({j.dependency}): it would only hold profiling room"
+    if getattr(j, "waits_for_begin_time", False):
+        return "waits for the begin time its owner set (--begin): it would only hold profiling room"
+    if getattr(j, "het_job_id", 0):
+        # Slurm moves and requeues a heterogeneous job only whole, through its leader, and its
+        # components may span nodes and exceed Nprof together
+        return "a heterogeneous job: its components go to their partition together"
+    if getattr(j, "exclusive", False):
+        # it takes whole nodes: profiling room counted by its GPUs would hold every GPU of a node
+        return "asks for whole nodes (--exclusive)"
     if j.opted_out_of_profiling:
         return "comment has lucid:noprofile"
     if j.user in p.exempt_users:
@@ -191,10 +200,13 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
         r = records.get(j.job_id)
         if r is None or r.profile in ("requeued", "released"):
             continue  # waiting to leave: holds no GPU
-        if r.profile == "admitted" and j.pending and r.profile_start is None and (j.held or j.dependency):
-            # held (or made to wait for other jobs) by its owner or an admin after its admission: it
-            # waits for no GPU, so it would only hold profiling room (as the skip rule says)
-            why = ("held by its owner or an admin" if j.held else f"made to wait for other jobs ({j.dependency})")
+        begin = getattr(j, "waits_for_begin_time", False)
+        if r.profile == "admitted" and j.pending and r.profile_start is None and (j.held or j.dependency or begin):
+            # held (or made to wait for other jobs or a time) by its owner or an admin after its
+            # admission: it waits for no GPU, so it would only hold profiling room (as the skip rule says)
+            why = ("held by its owner or an admin" if j.held else
+                   f"made to wait for other jobs ({j.dependency})" if j.dependency else
+                   "given a later begin time by its owner")
             plan.release.append((j.job_id, f"not profiled: {why} after its admission to profiling; it waits "
                                            "for its release in its own partition"))
             continue
@@ -231,6 +243,15 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
             limit = long_s
             if ran < long_s:  # requeued at this cycle, it holds no GPU past it: room for a younger run
                 long_used += j.gpus
+        own = getattr(j, "time_limit_s", None)
+        if ran >= limit and own is not None and own <= limit + grace:
+            # Slurm ends it at its own limit within the grace (its limit check runs every ~30 s, so
+            # the two race): requeued, it would run its whole limit again in its partition and be
+            # killed there too (seen on the test cluster: 162 s of GPU time on a 60 s limit)
+            plan.abandon.append((j.job_id, f"ran {ran} s in profiling; its own time limit, {own} s, ends it "
+                                            f"within Tprof {limit} s + {grace:g} s: left to end there (a requeue "
+                                            "would only run it again)"))
+            continue
         was_away = away_s is None or away_s > grace
         if ran > limit + grace and was_away:
             plan.abandon.append((j.job_id, f"ran {ran} s in profiling, past Tprof {limit} s + {grace:g} s "

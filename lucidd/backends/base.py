@@ -62,6 +62,9 @@ class LiveJob:
     required_nodes: str = ""  # sbatch --nodelist, as Slurm reports it
     excluded_nodes: str = ""  # sbatch --exclude, or the ExcNodeList lucidd set to steer a borrowed run
     node_names: tuple = ()  # the nodes it runs on (empty while pending)
+    exclusive: bool = False  # --exclusive: it takes whole nodes, whatever GPUs it asks for
+    het_job_id: int = 0  # a heterogeneous job's leader id (0: not one); Slurm lists each component
+    het_job_offset: int = 0  # the component's index (0: the leader, which lucidd acts through)
 
     @property
     def pending(self) -> bool:
@@ -84,6 +87,18 @@ class LiveJob:
     @property
     def opted_out_of_profiling(self) -> bool:
         return NOPROFILE_TAG in (self.comment or "")
+
+    @property
+    def waits_for_begin_time(self) -> bool:
+        """Pending until a begin time its owner set (`--begin`; Slurm's reason BeginTime): it waits
+        for the clock, not for GPUs."""
+        return self.pending and self.reason == "BeginTime"
+
+    @property
+    def het_component(self) -> bool:
+        """A component of a heterogeneous job other than its leader: Slurm moves, requeues and
+        starts it with the leader, and refuses most requests made to it alone."""
+        return bool(self.het_job_id) and self.het_job_id != self.job_id
 
     @property
     def held(self) -> bool:

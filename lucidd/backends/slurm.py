@@ -242,6 +242,9 @@ def parse_job(rec: dict) -> LiveJob:
         required_nodes=rec.get("required_nodes") or "",
         excluded_nodes=rec.get("excluded_nodes") or "",
         node_names=job_node_names(rec),
+        exclusive=str(rec.get("shared") or "").lower() == "none",  # 22.05's word for --exclusive
+        het_job_id=json_int(rec.get("het_job_id"), 0) or 0,
+        het_job_offset=json_int(rec.get("het_job_offset"), 0) or 0,
     )
 
 

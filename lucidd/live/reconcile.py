@@ -121,6 +121,13 @@ _REQUEUE_NEVER = ("presently disabled", "only batch jobs", "not requeue")
 RANK_PREFIX = re.compile(r"^rank \d+ in \S+: ")  # how orchestrator.live's order reason starts
 
 
+def _not_answering(node) -> bool:
+    """slurmd on the node does not answer slurmctld (NOT_RESPONDING, or DOWN: Slurm marks a node
+    down when it stops answering), so a signal to a job there is not delivered."""
+    s = node.state.lower()
+    return "not_responding" in s or "down" in s
+
+
 def _never_start_note(job_id, partition: str, why: str,
                       fix: str = "partition=<one it may use>` or scancel it") -> str:
     """The note a reason gets for a job Slurm may never start in `partition` (`why`: Slurm's words)."""
@@ -143,6 +150,7 @@ class Reconciler:
         self.decider = decider
         self.dry_run = dry_run
         self._warned_shadow_inbox = -10 ** 12  # when a dry run last said its inbox holds jobs for nobody
+        self._held_back = {}  # job id -> the silent nodes its requeue waits for (logged once per set)
         self.clock = clock
         s = config.slurm
         self.inbox = s.inbox_partition
@@ -224,6 +232,8 @@ class Reconciler:
                 continue
             if j.partition != self.inbox and not self.is_managed(j.partition) and j.partition != self.profiling:
                 continue  # partitions lucidd does not manage
+            if j.het_component:
+                continue  # Slurm moves it with its leader, which lucidd acts through
             r = self._new_row(j, now)
             records[j.job_id] = changed[j.job_id] = r
             new_ids.add(j.job_id)
@@ -252,6 +262,7 @@ class Reconciler:
                 self._records.pop(jid, None)
                 self._unmovable.pop(jid, None)
                 self._refused.pop(jid, None)
+                self._held_back.pop(jid, None)
                 continue
             if not self.dry_run:
                 self._adopt(r, j, now, changed)
@@ -376,13 +387,13 @@ class Reconciler:
         """GPUs profiling may borrow ([profiler] lend_idle_gpus): the free GPUs on usable nodes of the
         profiling partition whose managed partitions nobody waits in, the most on one such node, the
         profiling partition's other nodes (a lent run's ExcNodeList), and of those the ones where
-        someone waits (a lent run there is reclaimed). Held jobs and jobs waiting for other jobs wait
-        for no GPU: they do not count."""
+        someone waits (a lent run there is reclaimed). Held jobs and jobs waiting for other jobs or
+        for a begin time wait for no GPU: they do not count."""
         if not getattr(self.cfg.profiler, "lend_idle_gpus", False):
             return 0, 0, [], frozenset()
         wants = {}
         for j in waiting:
-            if not j.held and not j.dependency:
+            if not j.held and not j.dependency and not j.waits_for_begin_time:
                 wants[j.partition] = True
         gpus = most = 0
         others, busy = [], set()
@@ -488,10 +499,15 @@ class Reconciler:
         flagged for `lucidctl status` and `queue`; the flag goes when the job starts."""
         text = r.profile_reason or ""
         flagged = _NEVER_START_NOTE in text
-        stuck = j.pending and j.reason in _CANNOT_RUN_THERE and j.partition not in ("", self.inbox, self.profiling)
-        if stuck and not flagged:
-            r.profile_reason = text + _never_start_note(r.job_id, j.partition, j.reason,
-                                                        "partition=<one it fits>`, change the request, or scancel it")
+        where = j.partition not in ("", self.inbox, self.profiling)
+        stuck = j.pending and j.reason in _CANNOT_RUN_THERE and where
+        # a dependency that can no longer be met (afterok on a job that failed): Slurm keeps the job
+        # for ever, as plain Slurm does, but lucidd ranked it as if it were waiting for GPUs
+        orphan = j.pending and j.reason == "DependencyNeverSatisfied" and where
+        if (stuck or orphan) and not flagged:
+            fix = ("dependency=<jobs that can still end as asked>` or scancel it" if orphan else
+                   "partition=<one it fits>`, change the request, or scancel it")
+            r.profile_reason = text + _never_start_note(r.job_id, j.partition, j.reason, fix)
             log.warning("job %s: %s", r.job_id, r.profile_reason)
             changed[r.job_id] = r
         elif flagged and j.active:  # it started after all (an admin changed the partition or the job)
@@ -649,6 +665,19 @@ class Reconciler:
             if j is None or r is None or j.partition != self.profiling or j.state != "RUNNING" \
                     or j.restart_count != r.restarts:
                 continue
+            silent = [n for n in j.node_names if n in snap.nodes and _not_answering(snap.nodes[n])]
+            if silent:
+                # Slurm could not deliver the kill: the run would go on, maybe to its end, and the
+                # requeue completes when the node answers again, so the job runs a second time (seen on
+                # the test cluster, twice). Held back until the node answers; if it never does, Slurm
+                # requeues the job itself (node failure) and lucidd releases it then.
+                if self._held_back.get(jid) != tuple(silent):
+                    self._held_back[jid] = tuple(silent)
+                    log.warning("job %s: requeue held back: its node %s does not answer Slurm (%s); a requeue "
+                                "now could not stop the run", jid, ",".join(silent),
+                                ",".join(snap.nodes[n].state for n in silent))
+                continue
+            self._held_back.pop(jid, None)
             refused = {}
             if self._act_batch([(key("requeue", jid, records), jid, "requeue", {}, reason)],
                                lambda ids: self.backend.requeue(ids[0]), now, applied=applied, errors=refused):
@@ -747,6 +776,10 @@ class Reconciler:
             for jid, error in errors.items():
                 if seen[jid].partition == self.inbox and "invalid partition" in error.lower():
                     self._unmovable_now(records[jid], error, now, changed)
+                elif "no longer pending" in error.lower():
+                    # an array whose first tasks started (the inbox was open): its pending tasks moved,
+                    # the running ones cannot; nothing was refused (the next cycle looks, _adopt)
+                    pass
                 else:  # Slurm may have made the move all the same: the next cycle looks (_adopt)
                     self._refused[jid] = error
         return n

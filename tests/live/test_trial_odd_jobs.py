@@ -1,0 +1,137 @@
+"""What an admin trial with odd jobs and node faults found (27 November 2026, a helper's own test
+cluster, about 100 jobs): two ways a job ran twice, jobs that held profiling room for nothing, and
+false or missing flags. Each case is driven through the reconcile loop on the in-memory cluster;
+the parsing of squeue's fields is checked on the JSON 22.05 prints."""
+
+from __future__ import annotations
+
+import pytest
+
+from lucidd.backends.slurm import parse_job
+
+from .test_decider import NOW, TPROF, decider, inp, lj, rec, reasons  # noqa: F401 (fixture)
+from .test_reconcile_recovery import cluster, run_cycles, start_profiling_run  # noqa: F401 (fixture)
+
+
+# ----- squeue --json fields (as Slurm 22.05 printed them on the test cluster) ------------------
+
+def _rec(**kw):
+    base = {"job_id": 61, "job_state": "PENDING", "state_reason": "PartitionDown", "partition": "inbox",
+            "tres_per_node": "gres:gpu:1", "node_count": 1, "het_job_id": 0, "het_job_id_set": "",
+            "het_job_offset": 0, "shared": None}
+    base.update(kw)
+    return parse_job(base)
+
+
+def test_exclusive_het_and_begin_time_are_read_from_squeue():
+    assert _rec(shared="none").exclusive and not _rec().exclusive  # `--exclusive`
+    assert not _rec(shared="oversubscribe").exclusive
+    leader = _rec(job_id=63, het_job_id=63, het_job_id_set="63-64", het_job_offset=0)
+    comp = _rec(job_id=64, het_job_id=63, het_job_id_set="63-64", het_job_offset=1)
+    assert leader.het_job_id == 63 and not leader.het_component and comp.het_component
+    assert _rec(state_reason="BeginTime").waits_for_begin_time and not _rec().waits_for_begin_time
+
+
+# ----- skip rules ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw,why", [({"exclusive": True}, "--exclusive"),
+                                    ({"het_job_id": 1}, "heterogeneous"),
+                                    ({"reason": "BeginTime"}, "begin time")])
+def test_exclusive_heterogeneous_and_future_jobs_skip_profiling(decider, kw, why):  # noqa: F811
+    """An --exclusive 1-GPU job counted 1 profiling GPU and held a whole node (four held the
+    cluster); a het job's components were profiled apart, 12 GPUs on 2 nodes past Nprof 8; eight
+    --begin jobs filled the capacity for their whole wait and pushed a plain job out of profiling."""
+    plan = decider.decide(inp([lj(1, 1, **kw), lj(2, 1)]))
+    assert ids_(plan.profile) == [2] and ids_(plan.release) == [1] and why in reasons(plan.release)[1]
+
+
+def ids_(pairs):
+    return [jid for jid, _ in pairs]
+
+
+def test_a_job_given_a_begin_time_after_its_admission_leaves_profiling_at_once(decider):  # noqa: F811
+    later = lj(1, 8, partition="profiling", reason="BeginTime")
+    records = {1: rec(later, first_seen=NOW - 30, profile="admitted", phase="profiling")}
+    plan = decider.decide(inp([lj(2, 8)], profiling=[later], records=records, profiling_gpus=16))
+    assert ids_(plan.release) == [1] and "later begin time" in reasons(plan.release)[1]
+    assert ids_(plan.profile) == [2]
+
+
+# ----- a run its own time limit ends inside Tprof is not requeued ------------------------------
+
+@pytest.mark.parametrize("own,requeued", [(60, False), (TPROF, False), (TPROF + 60, False), (TPROF + 61, True),
+                                          (None, True)])
+def test_a_run_whose_time_limit_ends_it_in_profiling_is_not_requeued(decider, own, requeued):  # noqa: F811
+    """`sbatch -t 1` with Tprof 75 s: Slurm checks limits about every 30 s, so lucidd's requeue at
+    Tprof raced the timeout; the job that lost the race ran its 60 s limit again in main and was
+    killed there too. A run whose limit falls within Tprof + the grace (60 s) is left to end."""
+    run = lj(1, 1, partition="profiling", state="RUNNING", start_time=NOW - TPROF, time_limit_s=own)
+    plan = decider.decide(inp(profiling=[run], profile="admitted", phase="profiling"))
+    assert (ids_(plan.requeue) == [1]) == requeued
+    if not requeued:
+        assert ids_(plan.abandon) == [1] and "own time limit" in reasons(plan.abandon)[1]
+
+
+# ----- the reconcile loop ----------------------------------------------------------------------
+
+def test_no_requeue_while_the_runs_node_does_not_answer(cluster):  # noqa: F811
+    """slurmd of the node killed during a profiling run: Slurm could not deliver the requeue's kill,
+    the script ran to its end, the requeue completed when slurmd came back, and the finished job ran
+    again in main (2 of 2 on the test cluster). The requeue now waits for the node."""
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False, skip_when_free=False)
+    rec_ = lucidd()
+    start_profiling_run(rec_, clock, slurm, 5)
+    slurm.jobs[5].node_names = ("gpu1",)
+    slurm.nodes["gpu1"].state = "IDLE+NOT_RESPONDING"
+    run_cycles(rec_, clock, 700)
+    assert not [c for c in slurm.job_calls(5) if c[0] == "requeue"]
+    assert store.job(5).phase == "profiling"
+    slurm.nodes["gpu1"].state = "MIXED"  # it answers again
+    run_cycles(rec_, clock, 10)
+    assert [c[0] for c in slurm.job_calls(5)].count("requeue") == 1
+
+
+def test_a_het_component_is_left_to_its_leader(cluster):  # noqa: F811
+    """Each component was recorded and acted on as a job of its own: moves of the leader moved all,
+    requeues of a component failed ("Job not heterogeneous job leader"), and one job ran in two
+    partitions at once. Only the leader is lucidd's now, and it is not profiled."""
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False)
+    rec_ = lucidd()
+    slurm.submit(63, partition="main", gpus=1, het_job_id=63)
+    slurm.submit(64, partition="main", gpus=2, het_job_id=63, het_job_offset=1)
+    run_cycles(rec_, clock, 10)
+    assert store.job(64) is None
+    row = store.job(63)
+    assert row.phase == "released" and "heterogeneous" in row.profile_reason
+    assert not slurm.job_calls(64)
+
+
+def test_an_array_whose_first_tasks_run_is_not_flagged_when_only_those_refuse_the_move(cluster):  # noqa: F811
+    """`35_1-2: Job is no longer pending execution 35_3-6: No error`: the pending tasks moved, and
+    lucidd flagged the array as one Slurm may never start while its tasks ran."""
+    from lucidd.admin_cli import status_data
+
+    cfg, clock, slurm, store, lucidd = cluster(enabled=False)
+    rec_ = lucidd()
+    slurm.submit(35, partition="main", gpus=1)
+    slurm.fail[("move", 35)] = ("35_1-2: Job is no longer pending execution 35_3-6: No error", False, True)
+    run_cycles(rec_, clock, 30)
+    assert "may never start" not in (store.job(35).profile_reason or "")
+    assert status_data(cfg, store, now=clock.t)["jobs_needing_attention"] == []
+
+
+def test_a_dependency_that_can_never_be_met_is_flagged(cluster):  # noqa: F811
+    """`afterok` on a job that failed: Slurm keeps the job for ever (as plain Slurm does), and
+    `queue` listed it as #1 with nothing said."""
+    from lucidd.admin_cli import status_data
+
+    cfg, clock, slurm, store, lucidd = cluster(enabled=False)
+    rec_ = lucidd()
+    slurm.submit(9, partition="main", gpus=1, dependency="afterok:8(unfulfilled)")
+    run_cycles(rec_, clock, 10)
+    slurm.jobs[9].reason = "DependencyNeverSatisfied"
+    run_cycles(rec_, clock, 10)
+    row = store.job(9)
+    assert "Slurm may never start it in main (DependencyNeverSatisfied)" in row.profile_reason
+    assert "dependency=" in row.profile_reason
+    assert [x["job_id"] for x in status_data(cfg, store, now=clock.t)["jobs_needing_attention"]] == [9]
