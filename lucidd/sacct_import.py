@@ -451,7 +451,11 @@ def vc_config_from_sinfo(data, trace: pd.DataFrame, source: str = "sinfo --json"
                          f"simulator's VC has identical nodes, so {len(counts)} nodes of {gpn} GPUs")
         rows.append({"vc": vc, "nodes": len(counts), "gpus_per_node": gpn})
     if missing:
-        sized = size_cluster_from_trace(trace[trace["vc"].isin(missing)], gpus_per_node=gpus_per_node)
+        # the trace's submit times are ISO text here (as the csv gets them); sizing needs seconds
+        part = trace[trace["vc"].isin(missing)].copy()
+        stamps = pd.to_datetime(part["submit_time"], errors="coerce", utc=True)
+        part["submit_time"] = (stamps - pd.Timestamp(0, tz="UTC")).dt.total_seconds().fillna(0)
+        sized = size_cluster_from_trace(part, gpus_per_node=gpus_per_node)
         for vc in missing:
             v = sized.vcs[vc]
             rows.append({"vc": vc, "nodes": v.nodes, "gpus_per_node": v.gpus_per_node})

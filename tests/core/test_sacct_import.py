@@ -129,6 +129,21 @@ def test_vc_config_from_real_sinfo():
     assert any("more than one of these partitions" in n and "10 nodes for 4" in n for n in notes)
 
 
+def test_a_partition_sinfo_no_longer_lists_is_sized_from_the_trace():
+    """A retired or mistyped partition in the history (`-p mian`, which ran in the open inbox):
+    --vc-config-out died with a TypeError (ISO submit times in the sizing) in an admin trial."""
+    data = _data()
+    for rec in data["jobs"]:
+        if rec.get("partition") == "research":
+            rec["partition"] = "oldvc"
+    df, _ = sacct_json_to_trace(data)
+    assert "oldvc" in set(df["vc"])
+    cfg, notes = vc_config_from_sinfo(json.loads(SINFO.read_text()), df)
+    row = cfg[cfg["vc"] == "oldvc"].iloc[0]
+    assert row["nodes"] >= 1 and row["gpus_per_node"] == 8
+    assert any("VC oldvc: no partition" in n for n in notes)
+
+
 def test_cli_import_then_simulate(tmp_path, capsys):
     trace, vcs = tmp_path / "trace.csv", tmp_path / "vcs.csv"
     rc = main(["import-sacct", "--json-file", str(SACCT), "--sinfo-json", str(SINFO), "--out", str(trace),
