@@ -112,9 +112,12 @@ class Daemon:
             return
         other = "a shadow (--dry-run)" if last_mode == "1" else "a live"
         last_ok = self.store.get_meta("last_ok_cycle")
+        stopped = self.store.get_meta("stopped_at")
         d = self.cfg.daemon
         recent_s = max(d.failopen_after_s, 3 * d.interval_s, 30.0)
-        if last_ok is not None and self.clock() - float(last_ok) < recent_s:
+        # an orderly stop after its last cycle: it is not running (a trial was refused 14 s after one)
+        stopped_since = stopped is not None and last_ok is not None and float(stopped) >= float(last_ok)
+        if last_ok is not None and self.clock() - float(last_ok) < recent_s and not stopped_since:
             raise LucidError(
                 f"{other} lucidd ran a cycle on {_redact(self.cfg.database.url)} {self.clock() - float(last_ok):.0f} s "
                 f"ago: stop it first, or give this one its own [database] url (`lucidd --once --dry-run` checks a "
@@ -267,8 +270,14 @@ def main(argv=None) -> int:
     except LucidError as exc:
         print(f"lucidd: {exc}", file=sys.stderr)
         return 3
+    from .live.reconcile import SlurmDeniesLucidd
+
     if args.once:
-        ok = daemon.run_once()
+        try:
+            ok = daemon.run_once()
+        except SlurmDeniesLucidd as exc:
+            print(f"lucidd: {exc}", file=sys.stderr)
+            return 2
         return 0 if ok else 1
 
     def on_signal(signum, _frame):
@@ -279,10 +288,15 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         daemon.loop()
+    except SlurmDeniesLucidd as exc:
+        # a configuration Slurm will refuse every cycle: stop (the inbox opens) and stay stopped
+        # (exit 2: systemd does not restart it, RestartPreventExitStatus)
+        log.error("%s; lucidd stops and opens the inbox", exc)
+        return 2
     finally:
         daemon.stop("lucidd stopped")
         log.info("lucidd stopped; %s", "a dry run held no job" if daemon.dry_run else
-                 "jobs it held were given back to Slurm")
+                 "jobs it held were given back to Slurm (where Slurm let it; the inbox is open)")
     return 0
 
 

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..backends.base import Backend, BackendError, ClusterSnapshot, LiveJob
+from ..errors import LucidError
 from .store import CycleRow, JobRow, Store
 
 log = logging.getLogger("lucidd")
@@ -121,6 +122,27 @@ _REQUEUE_NEVER = ("presently disabled", "only batch jobs", "not requeue")
 RANK_PREFIX = re.compile(r"^rank \d+ in \S+: ")  # how orchestrator.live's order reason starts
 
 
+def _user() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return f"uid {os.getuid()}"
+
+
+class SlurmDeniesLucidd(LucidError):
+    """Slurm refuses lucidd's changes to jobs (Access/permission denied): the user lucidd runs as
+    is neither root nor one job_submit.lua lets move jobs (LUCIDD_USERS), or not a Slurm operator.
+    Every job would wait in the inbox while lucidd's cycles looked healthy (an admin trial: the
+    shipped unit runs lucidd as `slurm`, which job_submit.lua did not know). lucidd stops instead:
+    its stop opens the inbox, and Slurm schedules alone."""
+
+
+def _denied(exc) -> bool:
+    return "permission denied" in str(exc).lower()
+
+
 def _not_answering(node) -> bool:
     """slurmd on the node does not answer slurmctld (NOT_RESPONDING, or DOWN: Slurm marks a node
     down when it stops answering), so a signal to a job there is not delivered."""
@@ -151,6 +173,8 @@ class Reconciler:
         self.dry_run = dry_run
         self._warned_shadow_inbox = -10 ** 12  # when a dry run last said its inbox holds jobs for nobody
         self._held_back = {}  # job id -> the silent nodes its requeue waits for (logged once per set)
+        self._warned_no_profiling = False  # a shadow said once that Slurm has no profiling partition
+        self._profiles_on = frozenset()  # the profiling partition's nodes, as of this cycle
         self.clock = clock
         s = config.slurm
         self.inbox = s.inbox_partition
@@ -314,7 +338,8 @@ class Reconciler:
         inbox_jobs = keep
         in_profiling = [seen[jid] for jid, r in records.items() if seen[jid].partition == self.profiling]
         waiting = [seen[jid] for jid in records if seen[jid].pending and self.is_managed(seen[jid].partition)]
-        prof_gpus = sum(n.gpus for n in snap.nodes.values() if self.profiling in n.partitions and n.usable)
+        self._profiles_on = self._profiling_nodes(snap)
+        prof_gpus = sum(n.gpus for n in snap.nodes.values() if n.name in self._profiles_on and n.usable)
         queued = {}
         for j in waiting:
             queued[j.partition] = queued.get(j.partition, 0) + 1
@@ -383,6 +408,21 @@ class Reconciler:
                                      restart_count=r.restarts + 1, node_names=())
         return views
 
+    def _profiling_nodes(self, snap) -> frozenset:
+        """The nodes of the profiling partition. A shadow (--dry-run) on a cluster that does not
+        have the partition yet (docs/deploy.md's rollout runs the shadow before slurm.conf changes)
+        takes it to span every node of the partitions it orders, as the shipped slurm.conf lines
+        make it; without this its profiling capacity was 0 and it profiled nothing (an admin trial)."""
+        nodes = frozenset(name for name, n in snap.nodes.items() if self.profiling in n.partitions)
+        if nodes or not self.dry_run or not snap.nodes:
+            return nodes
+        if not self._warned_no_profiling:
+            self._warned_no_profiling = True
+            log.warning("dry-run: Slurm has no partition %s; the shadow takes it to span every node of the "
+                        "partitions it orders, as docs/deploy.md's slurm.conf lines make it", self.profiling)
+        return frozenset(name for name, n in snap.nodes.items()
+                         if any(self.is_managed(p) for p in n.partitions if p not in (self.inbox, self.profiling)))
+
     def _lendable(self, snap, waiting) -> tuple[int, int, list, frozenset]:
         """GPUs profiling may borrow ([profiler] lend_idle_gpus): the free GPUs on usable nodes of the
         profiling partition whose managed partitions nobody waits in, the most on one such node, the
@@ -398,7 +438,7 @@ class Reconciler:
         gpus = most = 0
         others, busy = [], set()
         for name, n in sorted(snap.nodes.items()):
-            if self.profiling not in n.partitions:
+            if name not in self._profiles_on:
                 continue
             waited_for = any(wants.get(p) for p in n.partitions if self.is_managed(p))
             if waited_for:
@@ -606,6 +646,12 @@ class Reconciler:
                 if exc.transient:
                     self.store.record_actions(chunk, now, "failed", str(exc))
                     raise
+                if _denied(exc):
+                    self.store.record_actions(chunk, now, "failed", str(exc))
+                    raise SlurmDeniesLucidd(
+                        f"Slurm refuses lucidd's {chunk[0][2]} of job(s) {[it[1] for it in chunk][:5]} as user "
+                        f"{_user()}: {exc}. Add that user to LUCIDD_USERS in job_submit.lua (beside slurm.conf) "
+                        "and make it SlurmUser or a Slurm operator (docs/deploy.md, Install)") from None
                 if len(chunk) == 1:
                     self.store.record_actions(chunk, now, "failed", str(exc))
                     log.warning("%s job %s failed: %s", chunk[0][2], chunk[0][1], exc)
@@ -883,13 +929,20 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time) -> list[s
             except BackendError as exc:
                 lines.append(f"requeued job {j.job_id} left in {s.profiling_partition} ({exc}); "
                              "Slurm restarts it there")
-        elif j.partition == s.profiling_partition and j.pending and j.excluded_nodes:
-            # admitted on borrowed GPUs, not started: without lucidd nobody lends, so it may start anywhere
+        elif j.partition == s.profiling_partition and j.pending:
+            # admitted, not started: left there it would start ahead of every queue (profiling's
+            # PriorityTier) and run to its end with nobody to requeue it (an admin trial); it waits
+            # in its own partition as it would without lucidd (a borrowed run's ExcNodeList cleared)
+            requested = j.requested_partition
+            parts = [p for p in (requested or "").split(",") if p and p not in (s.inbox_partition,
+                                                                                s.profiling_partition)]
+            target = ",".join(parts) or s.default_partition
             try:
-                backend.move([j.job_id], s.profiling_partition, exclude="")
-                lines.append(f"cleared the ExcNodeList lucidd gave job {j.job_id} in {s.profiling_partition}")
+                backend.move([j.job_id], target, exclude="" if j.excluded_nodes else None)
+                lines.append(f"released job {j.job_id}, admitted to {s.profiling_partition} and not started, "
+                             f"to {target}")
             except BackendError as exc:
-                lines.append(f"job {j.job_id}: ExcNodeList left as it is ({exc})")
+                lines.append(f"job {j.job_id} left in {s.profiling_partition} ({exc}); it runs there to its end")
     inbox = snap.partitions.get(s.inbox_partition)
     if inbox is not None and not inbox.up:
         backend.set_partition_up(s.inbox_partition, True)

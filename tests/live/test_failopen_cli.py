@@ -102,8 +102,8 @@ def test_requeued_profiling_jobs_go_to_their_partition_starting_now(setup):
 def test_excnodelists_lucidd_set_for_lent_runs_are_cleared(setup, tmp_path):
     """squeue_requeued.json with ExcNodeLists as lucidd sets them on lent runs (edited copy): the
     requeued job 14 leaves profiling with its list cleared in the same call; job 16, admitted on lent
-    GPUs and not started (restart_cnt 0), stays in profiling with its list cleared, so it may start on
-    any node now that nobody lends."""
+    GPUs and not started (restart_cnt 0), goes to its partition with its list cleared: left in
+    profiling it would start ahead of every queue and run to its end (an admin trial)."""
     import json
 
     from .fakeslurm import DATA
@@ -123,7 +123,7 @@ def test_excnodelists_lucidd_set_for_lent_runs_are_cleared(setup, tmp_path):
     assert fake.calls() == SNAPSHOT + [
         ["scontrol", "update", "jobid=14", "partition=main", "starttime=now", "excnodelist="],
         ["scontrol", "update", "jobid=15", "partition=research", "starttime=now"],
-        ["scontrol", "update", "jobid=16", "partition=profiling", "excnodelist="],
+        ["scontrol", "update", "jobid=16", "partition=main", "excnodelist="],
         ["scontrol", "update", "partitionname=inbox", "state=UP"],
     ]
 

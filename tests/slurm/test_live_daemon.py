@@ -506,3 +506,18 @@ def test_job_submit_lua_keeps_users_out_of_the_inbox_exits_and_out_of_profiling(
         assert [j["partition"] for j in squeue() if j["job_id"] == job] == ["research"]
     finally:
         sh("scancel", str(job), check=False)
+    # the user the shipped unit runs lucidd as (`slurm`, job_submit.lua's LUCIDD_USERS) moves jobs out
+    # of the inbox and into profiling: refused, every job stranded in the DOWN inbox (an admin trial).
+    # Its own job here, so that Slurm's own permission check passes and the script's alone is tested.
+    r = subprocess.run(["runuser", "-u", "slurm", "--", "sbatch", "--parsable", "--gres=gpu:1", "--begin=now+3600",
+                        "-o", "/dev/null", "--wrap", "sleep 30"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    job = int(r.stdout.strip().split(";")[0])
+    try:
+        for part in ("profiling", "main"):
+            out = subprocess.run(["runuser", "-u", "slurm", "--", "scontrol", "update", f"jobid={job}",
+                                  f"partition={part}"], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out
+            assert [j["partition"] for j in squeue() if j["job_id"] == job] == [part]
+    finally:
+        sh("scancel", str(job), check=False)

@@ -14,6 +14,27 @@ local TAG = "lucid:partition="
 
 local function unset(v) return v == nil or v == "" end
 
+-- Who may move jobs out of the inbox and into profiling: root and the users lucidd and
+-- lucidd-failopen run as (systemd/lucidd.service `User=`: SlurmUser, `slurm` on Debian). Names
+-- are looked up in /etc/passwd each time slurmctld loads this file; put a numeric uid in
+-- LUCIDD_UIDS for a user that is not a local one. A user missing here gets lucidd's every move
+-- refused ("Access/permission denied"), and lucidd stops with that error (docs/deploy.md).
+local LUCIDD_USERS = { "slurm" }
+local LUCIDD_UIDS = { [0] = true }
+
+local function load_lucidd_uids()
+  local f = io.open("/etc/passwd", "r")
+  if f == nil then return end
+  for line in f:lines() do
+    local name, uid = string.match(line, "^([^:]+):[^:]*:(%d+):")
+    for _, want in ipairs(LUCIDD_USERS) do
+      if name ~= nil and name == want then LUCIDD_UIDS[tonumber(uid)] = true end
+    end
+  end
+  f:close()
+end
+load_lucidd_uids()
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
   local asked = job_desc.partition
   if unset(asked) or asked == INBOX then
@@ -43,7 +64,7 @@ local function refuse(why)
 end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-  if modify_uid == 0 or unset(job_desc.partition) then
+  if LUCIDD_UIDS[modify_uid] or unset(job_desc.partition) then
     return slurm.SUCCESS
   end
   -- A user moving a pending job out of the inbox would bypass lucidd (and its profiling).
