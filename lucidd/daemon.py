@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -30,7 +31,10 @@ log = logging.getLogger("lucidd")
 
 def _setup_logging(level: str):
     handler = logging.StreamHandler(sys.stderr)  # journald takes stderr; one line per event
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    # journald stamps each line itself (systemd sets JOURNAL_STREAM for a unit's stderr); run by
+    # hand or under another supervisor, a line needs its own time (an admin trial had none)
+    stamp = "" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s "
+    handler.setFormatter(logging.Formatter(stamp + "%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper(), logging.INFO))

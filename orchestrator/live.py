@@ -235,12 +235,15 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
                                             f"waits in a partition of {','.join(j.node_names)}"))
             continue
         limit = run_tprof(p, r)
+        kept = ""
         if limit == tprof and ran >= tprof and long_used + j.gpus <= long_budget:
             # one of the oldest runs past Tprof: kept as a long run, and requeued at long_tprof_s like a
             # lent run (until 25 November 2026 `ran < long_s` here made a long run that reached
             # long_tprof_s fall back to Tprof and count as "far past it": left to finish in profiling,
             # one Venus job for 38 hours on an idle partition's node)
             limit = long_s
+            # said in the reason: admitted with "Tprof 600 s", a run requeued later needs its why
+            kept = f" (kept past Tprof {tprof} s as one of the oldest runs within long_share)"
             if ran < long_s:  # requeued at this cycle, it holds no GPU past it: room for a younger run
                 long_used += j.gpus
         own = getattr(j, "time_limit_s", None)
@@ -261,7 +264,7 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
                                             f"Slurm's clock; lucidd's last cycle was {away_s:.0f} s ago, so the "
                                             "clock stepped or an earlier requeue failed)"))
         elif ran >= limit:
-            plan.requeue.append((j.job_id, f"ran {ran} s >= Tprof {limit} s in profiling without ending"))
+            plan.requeue.append((j.job_id, f"ran {ran} s >= Tprof {limit} s in profiling without ending{kept}"))
     # Inbox: least GPUs first into profiling while capacity lasts; the rest go to their partition.
     # A job wider than max_job_share of the (non-burst) capacity is not profiled: admission is strictly
     # least-GPUs-first, so while it holds the capacity nobody else is profiled, and jobs behind it wait

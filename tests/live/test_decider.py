@@ -623,6 +623,7 @@ def test_a_long_run_reaching_long_tprof_is_requeued_not_left_to_finish(tmp_path)
     records = {jid: rec(j, profile="admitted", phase="profiling") for jid, j in running.items()}
     plan = d.decide(inp(profiling=list(running.values()), records=records))
     assert sorted(ids(plan.requeue)) == [1, 2] and "Tprof 1000 s" in reasons(plan.requeue)[1]
+    assert "kept past Tprof 200 s" in reasons(plan.requeue)[1]  # why it ran past the Tprof it was admitted with
     assert ids(plan.abandon) == [3]
 
 
