@@ -113,6 +113,7 @@ class Partition:
     up: bool
     nodes: tuple = ()
     total_gpus: int = 0
+    max_time_s: int | None = None  # MaxTime (None: UNLIMITED, or not said)
 
 
 @dataclass

@@ -275,6 +275,31 @@ def parse_sinfo(data: dict) -> dict:
     return nodes
 
 
+def slurm_minutes_s(text: str) -> int | None:
+    """A Slurm time limit as `scontrol show partition` prints MaxTime ("UNLIMITED", "30",
+    "1:30:00", "2-00:00:00", "2-12") in seconds; None for no limit or a form not recognised (a
+    check that depends on it is then skipped, never failed)."""
+    t = (text or "").strip()
+    if not t or t.upper() in ("UNLIMITED", "INFINITE", "NONE"):
+        return None
+    days, _, rest = t.rpartition("-")
+    try:
+        d = int(days) if days else 0
+        parts = [int(x) for x in rest.split(":")]
+    except ValueError:
+        return None
+    if days:  # days-hours[:minutes[:seconds]]
+        parts += [0] * (3 - len(parts))
+        h, m, sec = parts[:3]
+    elif len(parts) == 1:  # minutes
+        h, m, sec = 0, parts[0], 0
+    elif len(parts) == 2:  # minutes:seconds
+        h, m, sec = 0, parts[0], parts[1]
+    else:  # hours:minutes:seconds
+        h, m, sec = parts[:3]
+    return ((d * 24 + h) * 60 + m) * 60 + sec
+
+
 def parse_partitions(text: str, nodes: dict) -> dict:
     """`scontrol -o show partition` lines -> {name: Partition} (node lists from sinfo's nodes)."""
     out = {}
@@ -285,7 +310,7 @@ def parse_partitions(text: str, nodes: dict) -> dict:
             continue
         members = tuple(n for n, info in nodes.items() if name in info.partitions)
         out[name] = Partition(name, fields.get("State", "UP").upper() == "UP", members,
-                              sum(nodes[n].gpus for n in members))
+                              sum(nodes[n].gpus for n in members), slurm_minutes_s(fields.get("MaxTime", "")))
     return out
 
 

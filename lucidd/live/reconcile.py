@@ -333,6 +333,10 @@ class Reconciler:
                                          f"(restart {j.restart_count}), to {r.target_partition}"))
             elif missing and not self.dry_run:
                 direct.append((j.job_id, f"not profiled: Slurm lists no partition {','.join(missing)}"))
+            elif (beyond := self._beyond_partition(j, r, snap)) is not None:
+                # a profiling run would be wasted (the inbox spans every node, so Slurm accepted the job):
+                # it goes there now, and is flagged when Slurm says it may never start (_flag_cannot_run)
+                direct.append((j.job_id, f"not profiled: {beyond}"))
             else:
                 keep.append(j)
         inbox_jobs = keep
@@ -407,6 +411,22 @@ class Reconciler:
                                      start_time=None, submit_time=r.requeued_at or now,
                                      restart_count=r.restarts + 1, node_names=())
         return views
+
+    @staticmethod
+    def _beyond_partition(j: LiveJob, r: JobRow, snap) -> str | None:
+        """Why the job's own partition can never start it, when that is plain from the request (more
+        GPUs than any partition of its list has, a time limit above every one's MaxTime), else None.
+        An admin trial saw such a job profiled first, then pend for ever with PartitionTimeLimit."""
+        parts = [snap.partitions.get(p) for p in r.target_partition.split(",")]
+        if not parts or any(p is None for p in parts):
+            return None
+        if all(p.total_gpus and j.gpus > p.total_gpus for p in parts):
+            return f"asks for {j.gpus} GPUs, more than {r.target_partition} has ({max(p.total_gpus for p in parts)})"
+        if j.time_limit_s is not None and all(p.max_time_s is not None and j.time_limit_s > p.max_time_s
+                                              for p in parts):
+            return (f"its time limit, {j.time_limit_s} s, is above {r.target_partition}'s MaxTime "
+                    f"({max(p.max_time_s for p in parts)} s)")
+        return None
 
     def _profiling_nodes(self, snap) -> frozenset:
         """The nodes of the profiling partition. A shadow (--dry-run) on a cluster that does not

@@ -135,3 +135,35 @@ def test_a_dependency_that_can_never_be_met_is_flagged(cluster):  # noqa: F811
     assert "Slurm may never start it in main (DependencyNeverSatisfied)" in row.profile_reason
     assert "dependency=" in row.profile_reason
     assert [x["job_id"] for x in status_data(cfg, store, now=clock.t)["jobs_needing_attention"]] == [9]
+
+
+def test_partition_max_time_is_read_from_scontrol():
+    from lucidd.backends.slurm import parse_partitions, slurm_minutes_s
+
+    assert [slurm_minutes_s(t) for t in ("UNLIMITED", "30", "1:30", "1:30:00", "2-00:00:00", "2-12", "odd")] == \
+        [None, 1800, 90, 5400, 172800, 216000, None]
+    parts = parse_partitions("PartitionName=research MaxTime=00:05:00 State=UP\nPartitionName=main State=UP", {})
+    assert parts["research"].max_time_s == 300 and parts["main"].max_time_s is None
+
+
+@pytest.mark.parametrize("kw,why", [({"time_limit_s": 600}, "above research's MaxTime (300 s)"),
+                                    ({"gpus": 20}, "more than research has (16)")])
+def test_a_job_its_partition_can_never_start_is_not_profiled_first(cluster, kw, why):  # noqa: F811
+    """`-p research -t 10` with research's MaxTime 5 min: the job ran 21 s in profiling, then pended
+    with PartitionTimeLimit for ever (flagged only then). It goes to its partition unprofiled now."""
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False, skip_when_free=False)
+    slurm.partitions.append("research")
+    rec_ = lucidd()
+    orig = slurm.snapshot
+
+    def snapshot():
+        snap = orig()
+        snap.partitions["research"].max_time_s = 300
+        return snap
+
+    slurm.snapshot = snapshot
+    slurm.submit(18, partition="research", **({"gpus": 1} | kw))
+    run_cycles(rec_, clock, 10)
+    row = store.job(18)
+    assert row.phase == "released" and row.profile == "skipped" and why in row.profile_reason
+    assert slurm.jobs[18].partition == "research"
