@@ -45,6 +45,7 @@ log = logging.getLogger("lucidd")
 # administrator's move through and reports these instead of refusing it).
 # BadConstraints: more GPUs (or features) than the partition's nodes have, which the inbox (over
 # every node) accepted at submission where Slurm would have refused the job in its own partition.
+_ENDING_STATES = frozenset({"COMPLETING", "SIGNALING", "STAGE_OUT"})
 _CANNOT_RUN_THERE = frozenset({"PartitionConfig", "AccountNotAllowed", "QOSNotAllowed", "InvalidAccount",
                                "InvalidQOS", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints"})
 
@@ -293,7 +294,9 @@ class Reconciler:
             if r.phase == "released":
                 self._follow_owner_move(r, j, changed)
                 self._flag_cannot_run(r, j, changed)
-            if j.start_time and r.start_time != j.start_time and j.active:
+            # not a COMPLETING (or signalled) job: a requeue that is still completing carries a start
+            # time that is no new run's (an admin trial saw such a start in explain's story)
+            if j.start_time and r.start_time != j.start_time and j.active and j.state not in _ENDING_STATES:
                 if (not r.started_in_partition(self.profiling) and r.site_factor is not None
                         and j.partition in r.target_partition.split(",")):
                     r.started_ahead_of = sum(1 for v in waiting_factors.get(r.target_partition, ())

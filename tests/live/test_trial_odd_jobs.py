@@ -167,3 +167,16 @@ def test_a_job_its_partition_can_never_start_is_not_profiled_first(cluster, kw, 
     row = store.job(18)
     assert row.phase == "released" and row.profile == "skipped" and why in row.profile_reason
     assert slurm.jobs[18].partition == "research"
+
+
+def test_a_completing_requeue_is_not_taken_for_a_new_start(cluster):  # noqa: F811
+    """A requeue completing on a node that did not answer (COMPLETING for a minute) carried a start
+    time explain then told as a start that never happened."""
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False, skip_when_free=False)
+    rec_ = lucidd()
+    start_profiling_run(rec_, clock, slurm, 84)
+    run_cycles(rec_, clock, 10)
+    first = store.job(84).start_time
+    slurm.jobs[84].state, slurm.jobs[84].start_time = "COMPLETING", int(clock.t) + 5
+    run_cycles(rec_, clock, 20)
+    assert store.job(84).start_time == first
