@@ -45,7 +45,6 @@ log = logging.getLogger("lucidd")
 # administrator's move through and reports these instead of refusing it).
 # BadConstraints: more GPUs (or features) than the partition's nodes have, which the inbox (over
 # every node) accepted at submission where Slurm would have refused the job in its own partition.
-_ENDING_STATES = frozenset({"COMPLETING", "SIGNALING", "STAGE_OUT"})
 _CANNOT_RUN_THERE = frozenset({"PartitionConfig", "AccountNotAllowed", "QOSNotAllowed", "InvalidAccount",
                                "InvalidQOS", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints"})
 
@@ -121,6 +120,8 @@ _NEVER_START_NOTE = f"; {MAY_NEVER_START} in "  # how a reason is flagged for st
 # scontrol requeue's words for a job that can never be requeued (--no-requeue, not a batch job)
 _REQUEUE_NEVER = ("presently disabled", "only batch jobs", "not requeue")
 RANK_PREFIX = re.compile(r"^rank \d+ in \S+: ")  # how orchestrator.live's order reason starts
+# active states of a run that is ending: their start time is no new start (a requeue completing)
+_ENDING_STATES = frozenset({"COMPLETING", "SIGNALING", "STAGE_OUT"})
 
 
 def _user() -> str:
