@@ -409,10 +409,13 @@ def test_dry_run_changes_nothing(clean_cluster, tmp_path, job_script, lucidd_fac
     wait_until(_until_tables(lambda: store.get_meta("last_ok_cycle") is not None), 60, "lucidd's first dry-run cycle")
     blocker = sbatch(job_script, 6, "-p", "main", "-w", "gpu1", "--exclusive", "--gres=gpu:8", name="b")
     job = sbatch(job_script, 2, "-p", "main", "-w", "gpu1", "--exclusive", "--gres=gpu:1", name="dry")
-    # profiled virtually (Tprof 8 s): one that ends inside its run, one that outlives it
-    short = sbatch(job_script, 2, "-p", "main", "--gres=gpu:1", name="short")
+    # profiled virtually (Tprof 8 s): one that ends inside its run, one that outlives it. The other
+    # nodes are kept full for 3 s, so lucidd sees both pending (new) before Slurm starts them
+    fill = [sbatch(job_script, 3, "-p", "main", "-w", f"gpu{n}", "--exclusive", "--gres=gpu:8", name="f")
+            for n in (2, 3, 4)]
+    short = sbatch(job_script, 1, "-p", "main", "--gres=gpu:1", name="short")
     long = sbatch(job_script, 14, "-p", "main", "--gres=gpu:1", name="long")
-    ids = (job, blocker, short, long)
+    ids = (job, blocker, short, long, *fill)
     wait_until(lambda: not [j for j in active_jobs() if j["job_id"] in ids], 90, "jobs to finish")
     time.sleep(3)  # a cycle or two to see them end
     daemon.stop()
