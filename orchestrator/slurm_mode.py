@@ -462,7 +462,9 @@ class LucidOnSlurm:
             self.stats.requeued += 1
             self.stats.lost_gpu_s += lost * job.gpu_num
             self._want_cycle(self._cycle_after(t))
-        for seq, reason in plan.abandon:  # never in a replay (no cycle is missed); kept for completeness
+        # a run whose own time limit ends it within Tprof + grace (traces with limits); never for a
+        # missed cycle (a replay misses none): the run goes on to its end, counted finished in profiling
+        for seq, reason in plan.abandon:
             recs[seq].profile = "abandoned"
         for seq in releasing:
             job = self.by_seq[seq]

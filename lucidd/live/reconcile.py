@@ -148,8 +148,9 @@ def _denied(exc) -> bool:
 def _not_answering(node) -> bool:
     """slurmd on the node does not answer slurmctld (NOT_RESPONDING, or DOWN: Slurm marks a node
     down when it stops answering), so a signal to a job there is not delivered."""
-    s = node.state.lower()
-    return "not_responding" in s or "down" in s
+    # whole words: POWER_DOWN, POWERING_DOWN and POWERED_DOWN are flags of nodes that answer
+    words = node.state.lower().split("+")
+    return "not_responding" in words or words[0].rstrip("*") == "down"
 
 
 def _never_start_note(job_id, partition: str, why: str,
@@ -297,7 +298,8 @@ class Reconciler:
                 self._flag_cannot_run(r, j, changed)
             # not a COMPLETING (or signalled) job: a requeue that is still completing carries a start
             # time that is no new run's (an admin trial saw such a start in explain's story)
-            if j.start_time and r.start_time != j.start_time and j.active and j.state not in _ENDING_STATES:
+            ending = j.state in _ENDING_STATES and r.start_time is not None  # (first seen ending: its start)
+            if j.start_time and r.start_time != j.start_time and j.active and not ending:
                 if (not r.started_in_partition(self.profiling) and r.site_factor is not None
                         and j.partition in r.target_partition.split(",")):
                     r.started_ahead_of = sum(1 for v in waiting_factors.get(r.target_partition, ())
@@ -344,7 +346,8 @@ class Reconciler:
             else:
                 keep.append(j)
         inbox_jobs = keep
-        in_profiling = [seen[jid] for jid, r in records.items() if seen[jid].partition == self.profiling]
+        in_profiling = [seen[jid] for jid, r in records.items()
+                        if seen[jid].partition == self.profiling and not seen[jid].ended]  # ended: a shadow's view
         waiting = [seen[jid] for jid in records if seen[jid].pending and self.is_managed(seen[jid].partition)]
         self._profiles_on = self._profiling_nodes(snap)
         prof_gpus = sum(n.gpus for n in snap.nodes.values() if n.name in self._profiles_on and n.usable)
@@ -357,8 +360,10 @@ class Reconciler:
                 for part in n.partitions:
                     free[part] = max(free.get(part, 0), n.gpus - n.used)
         lend_gpus, lend_node, self._not_lendable, busy = self._lendable(snap, waiting)
+        # A shadow's virtual runs go on whether or not it was away: after its restart they are requeued
+        # at Tprof, not left to finish (a run that never was cannot end, and would hold room for ever)
         inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus, queued, free,
-                            lend_gpus, lend_node, busy, away_s=away_s)
+                            lend_gpus, lend_node, busy, away_s=0.0 if self.dry_run else away_s)
         plan = self.decider.decide(inp)
         plan.release.extend(direct)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
@@ -403,13 +408,19 @@ class Reconciler:
             if j is None or j.ended or j.partition == self.profiling:
                 continue
             if r.phase == "inbox":
-                views[jid] = replace(j, partition=self.inbox, state="PENDING", reason="", start_time=None,
-                                     node_names=())
+                # its reason kept: a --begin or held job is skipped as the live daemon skips it
+                views[jid] = replace(j, partition=self.inbox, state="PENDING", start_time=None, node_names=())
             elif r.phase == "profiling" and r.profile in ("admitted", "abandoned"):
                 # (a shadow's record from before virtual runs has no start: its first sight stands in)
+                start = r.profile_start or r.first_seen or now
+                if r.profile == "abandoned" and j.time_limit_s is not None and now >= start + j.time_limit_s:
+                    # left to end at its own limit: live, Slurm would have ended it there, so it holds
+                    # no profiling room past it (the real job may run on in its partition for hours)
+                    views[jid] = replace(j, partition=self.profiling, state="TIMEOUT", reason="",
+                                         start_time=start, end_time=start + j.time_limit_s, node_names=())
+                    continue
                 views[jid] = replace(j, partition=self.profiling, state="RUNNING", reason="",
-                                     start_time=r.profile_start or r.first_seen or now, restart_count=r.restarts,
-                                     node_names=())
+                                     start_time=start, restart_count=r.restarts, node_names=())
             elif r.phase == "requeued" and r.profile == "requeued":
                 views[jid] = replace(j, partition=self.profiling, state="PENDING", reason="BeginTime",
                                      start_time=None, submit_time=r.requeued_at or now,
@@ -457,7 +468,9 @@ class Reconciler:
             return 0, 0, [], frozenset()
         wants = {}
         for j in waiting:
-            if not j.held and not j.dependency and not j.waits_for_begin_time:
+            # (a --begin job waits for the clock; one Slurm requeued itself waits 121 s in BeginTime
+            # for its GPUs, and they are wanted)
+            if not j.held and not j.dependency and not (j.waits_for_begin_time and j.restart_count == 0):
                 wants[j.partition] = True
         gpus = most = 0
         others, busy = [], set()
