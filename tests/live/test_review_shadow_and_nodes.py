@@ -14,13 +14,18 @@ from lucidd.backends.base import LiveJob, NodeGPUs
 from .memslurm import Clock, MemSlurm
 
 
-def _shadow(tmp_path, **prof):
-    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path / "state"), "interval_s": 10},
+def _setup(tmp_path, state: str, **prof):
+    """One capacity GPU, Tprof 600 s, every eligible job profiled, no lending."""
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path / state), "interval_s": 10},
                             "models": {"dir": str(tmp_path / "models")},
                             "profiler": {"tprof_s": 600, "capacity_gpus": 1, "skip_when_free": False,
                                          "lend_idle_gpus": False, **prof}})
     clock = Clock()
-    slurm = MemSlurm(clock)
+    return cfg, clock, MemSlurm(clock)
+
+
+def _shadow(tmp_path, **prof):
+    cfg, clock, slurm = _setup(tmp_path, "state", **prof)
     slurm.inbox_up = True
     shadow = Daemon(cfg, dry_run=True, backend=slurm, clock=clock)
     shadow.start()
@@ -28,12 +33,7 @@ def _shadow(tmp_path, **prof):
 
 
 def _live(tmp_path, **prof):
-    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path / "live"), "interval_s": 10},
-                            "models": {"dir": str(tmp_path / "models")},
-                            "profiler": {"tprof_s": 600, "capacity_gpus": 1, "skip_when_free": False,
-                                         "lend_idle_gpus": False, **prof}})
-    clock = Clock()
-    slurm = MemSlurm(clock)
+    cfg, clock, slurm = _setup(tmp_path, "live", **prof)
     store = Store(cfg.database.url).create()
     rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
     return cfg, clock, slurm, store, rec
