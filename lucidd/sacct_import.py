@@ -21,7 +21,8 @@ The rules, in the order they are applied:
   job_submit.lua), else the last earlier run's partition outside them, else `default_vc` when
   given, else the lucidd partition's name is kept (and counted in the report).
 * duration = end - start of the last run that started (wall time, as Slurm's Elapsed). Jobs that
-  never started (cancelled while pending) are dropped (`never started`); jobs still pending or
+  never started (cancelled while pending, or refused at submission: start = end, no nodes) are
+  dropped (`never started`); jobs still pending or
   running are dropped (`not finished`).
 * GPUs = the allocated `gres/gpu` TRES of that run, else the requested one. Jobs with no GPU are
   dropped (`cpu-only job`) unless `keep_cpu_jobs`, which keeps them as 1-GPU jobs (the simulator
@@ -328,12 +329,13 @@ def sacct_json_to_trace(data: dict, *, source: str = "sacct --json", start: int 
         job_id = base_id if seen_ids[base_id] == 1 else f"{base_id}#{seen_ids[base_id]}"
         if seen_ids[base_id] == 2:
             rep.ids_reused += 1
-        # Slurm gives a run cancelled (or past its deadline) while pending a start equal to its end and
-        # no nodes: it never ran (a job cancelled right after lucidd's requeue was written as a 0 s
-        # job); one cancelled in its first second on a node did run
+        # Slurm gives a run that ended before it was given nodes a start equal to its end and no nodes:
+        # it never ran. Cancelled (or past its deadline) while pending: a job cancelled right after
+        # lucidd's requeue was written as a 0 s job; FAILED at submission: an sbatch Slurm refused
+        # ("Requested node configuration is not available") still reaches slurmdbd, and was written
+        # as a 0 s, 20-GPU job (an admin trial). One that ended in its first second on a node did run.
         started = [r for r in g if r.start is not None
-                   and not (r.state in ("CANCELLED", "DEADLINE") and r.end is not None and r.start >= r.end
-                            and r.nodes in ("", "None assigned"))]
+                   and not (r.end is not None and r.start >= r.end and r.nodes in ("", "None assigned"))]
         submit = next((r.submit for r in g if r.submit is not None), None)
         if submit is None:
             submit = started[0].start if started else None

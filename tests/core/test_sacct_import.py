@@ -211,6 +211,18 @@ def test_requeued_job_cancelled_before_its_second_run_with_slurms_start_equal_to
     assert df.to_dict("records")[0]["duration"] == 0
 
 
+def test_a_submission_slurm_refused_never_ran():
+    """`sbatch -p research --gres=gpu:20` refused at submission ("Requested node configuration is
+    not available") still reaches slurmdbd: FAILED, start = end, no nodes. It was imported as a
+    0 s, 20-GPU job (an admin trial)."""
+    data = _data()
+    refused, other = copy.deepcopy(_rec(data, 10)), _rec(data, 4)
+    refused["time"]["start"] = refused["time"]["end"]
+    refused["state"]["current"], refused["tres"]["allocated"], refused["nodes"] = "FAILED", [], "None assigned"
+    df, rep = sacct_json_to_trace(_only(data, refused, other))
+    assert list(df["job_id"]) == ["4"] and rep.dropped == {"never started": 1}
+
+
 def test_requeued_job_still_waiting_is_not_finished():
     data = _data()
     second = copy.deepcopy(_rec(data, 9, "research"))
