@@ -153,6 +153,14 @@ def _not_answering(node) -> bool:
     return "not_responding" in words or words[0].rstrip("*") == "down"
 
 
+def released_to(requested: str | None, slurm) -> str:
+    """Where a job goes when lucidd (or lucidd-failopen) lets it go: the partitions it asked for
+    (`-p`, as job_submit.lua recorded them) without lucidd's own two, else the default partition."""
+    parts = [p for p in (requested or "").split(",") if p and p not in (slurm.inbox_partition,
+                                                                        slurm.profiling_partition)]
+    return ",".join(parts) or slurm.default_partition
+
+
 def _never_start_note(job_id, partition: str, why: str,
                       fix: str = "partition=<one it may use>` or scancel it") -> str:
     """The note a reason gets for a job Slurm may never start in `partition` (`why`: Slurm's words)."""
@@ -197,10 +205,7 @@ class Reconciler:
         return not self.managed or any(p in self.managed for p in parts)
 
     def target_partition(self, requested: str | None) -> str:
-        if not requested:
-            return self.default_partition
-        parts = [p for p in requested.split(",") if p and p not in (self.inbox, self.profiling)]
-        return ",".join(parts) or self.default_partition
+        return released_to(requested, self.cfg.slurm)
 
     def _new_row(self, j: LiveJob, now: int) -> JobRow:
         requested = j.requested_partition
@@ -937,10 +942,7 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time) -> list[s
     by_target = {}
     for j in snap.jobs:
         if j.partition == s.inbox_partition and j.pending:
-            requested = j.requested_partition
-            parts = [p for p in (requested or "").split(",") if p and p not in (s.inbox_partition,
-                                                                                s.profiling_partition)]
-            by_target.setdefault(",".join(parts) or s.default_partition, []).append(j.job_id)
+            by_target.setdefault(released_to(j.requested_partition, s), []).append(j.job_id)
     for target, ids in sorted(by_target.items()):
         try:
             backend.move(ids, target)
@@ -952,10 +954,7 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time) -> list[s
         # a requeued profiling job: pending again with BeginTime; Slurm would restart it in
         # profiling ~2 min later anyway, in its own partition is better.
         if j.partition == s.profiling_partition and j.pending and j.restart_count > 0:
-            requested = j.requested_partition
-            parts = [p for p in (requested or "").split(",") if p and p not in (s.inbox_partition,
-                                                                                s.profiling_partition)]
-            target = ",".join(parts) or s.default_partition
+            target = released_to(j.requested_partition, s)
             if now < (j.submit_time or 0) + 1:  # the same-second trap: Slurm would kill it
                 time.sleep(1.1)
             try:
@@ -970,10 +969,7 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time) -> list[s
             # admitted, not started: left there it would start ahead of every queue (profiling's
             # PriorityTier) and run to its end with nobody to requeue it (an admin trial); it waits
             # in its own partition as it would without lucidd (a borrowed run's ExcNodeList cleared)
-            requested = j.requested_partition
-            parts = [p for p in (requested or "").split(",") if p and p not in (s.inbox_partition,
-                                                                                s.profiling_partition)]
-            target = ",".join(parts) or s.default_partition
+            target = released_to(j.requested_partition, s)
             try:
                 backend.move([j.job_id], target, exclude="" if j.excluded_nodes else None)
                 lines.append(f"released job {j.job_id}, admitted to {s.profiling_partition} and not started, "
