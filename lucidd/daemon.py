@@ -153,12 +153,7 @@ class Daemon:
                 # else every job ordered in a start's first cycle gets the constant and a second value
                 # the cycle after (a check writes nothing, and a refit would)
                 self.history_loaded = True
-                try:
-                    self.decider.background(self.store, int(self.clock()))
-                except StoreError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - model upkeep never stops scheduling
-                    log.warning("background work failed: %s", exc)
+                self._model_upkeep(read_history=False)
             row = self.reconciler.cycle()
             # the sooner of the two bounds (a tiny interval does not make every cycle "slow")
             slow = min(self.cfg.daemon.failopen_after_s / 2, max(3 * self.cfg.daemon.interval_s, 5.0))
@@ -173,15 +168,9 @@ class Daemon:
             if row.ok:
                 if not self.dry_run:
                     touch_heartbeat(self.cfg.daemon.heartbeat_file)
-                try:
-                    self.reconciler.read_history(int(self.clock()))
-                    msg = self.decider.background(self.store, int(self.clock()))
-                    if msg:
-                        log.info("%s", msg)
-                except StoreError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - model upkeep never stops scheduling
-                    log.warning("background work failed: %s", exc)
+                msg = self._model_upkeep(read_history=True)
+                if msg:
+                    log.info("%s", msg)
                 self.notifier.watchdog(f"ok: {row.jobs} jobs, {row.actions} actions, {row.seconds * 1000:.0f} ms")
             else:
                 # lucidd is alive and waiting for Slurm: keep systemd's watchdog fed.
@@ -199,6 +188,21 @@ class Daemon:
                     log.error("could not give the jobs back to Slurm either (Slurm: %s); retried next cycle", bexc)
             self.notifier.watchdog(f"database unavailable: {str(exc)[:120]}")
             return False
+
+    def _model_upkeep(self, read_history: bool) -> str | None:
+        """Finished jobs from accounting (when `read_history`), then the decider's history and refits.
+        Their failures never stop scheduling; a database error is the caller's (it fails open)."""
+        from .live.store import StoreError
+
+        try:
+            if read_history:
+                self.reconciler.read_history(int(self.clock()))
+            return self.decider.background(self.store, int(self.clock()))
+        except StoreError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - model upkeep never stops scheduling
+            log.warning("background work failed: %s", exc)
+            return None
 
     def stop(self, reason="orderly stop"):
         """Release every job lucidd holds and open the inbox: Slurm schedules alone until lucidd is back."""
