@@ -161,8 +161,6 @@ def queue_data(cfg, store) -> dict:
     }
 
 
-
-
 def queue_text(d: dict) -> list:
     """`lucidctl queue` as text lines, from `queue_data`'s dict."""
     inbox = [r for r in d["inbox"] if not r["needs_attention"]]
