@@ -345,9 +345,12 @@ class LiveEstimator:
         return self._engine
 
     def set_history(self, rows):
-        frame = pd.DataFrame([{"job_id": str(r.job_id), "submit_time": int(r.submit_time), "duration": int(r.duration),
-                               "gpu_num": int(r.gpus), "user": r.user, "vc": r.partition, "name": r.name}
-                              for r in rows],
+        # column by column: a frame built from one dict per row took as long as the read itself
+        frame = pd.DataFrame({"job_id": [str(r.job_id) for r in rows],
+                              "submit_time": [int(r.submit_time) for r in rows],
+                              "duration": [int(r.duration) for r in rows], "gpu_num": [int(r.gpus) for r in rows],
+                              "user": [r.user for r in rows], "vc": [r.partition for r in rows],
+                              "name": [r.name for r in rows]},
                              columns=["job_id", "submit_time", "duration", "gpu_num", "user", "vc", "name"])
         with self._lock:
             self._history = frame
@@ -423,6 +426,7 @@ class LucidDecider(Decider):
                                        m.history_days)
         self._refit_thread = None
         self.last_background = ""
+        self._history_fingerprint, self._history_since = None, 0  # what the estimator's history was read at
 
     # -- profiling ----------------------------------------------------------------------------
     def capacity(self, inp: DecisionInput, queue_len: int) -> int:
@@ -535,8 +539,14 @@ class LucidDecider(Decider):
     # -- background --------------------------------------------------------------------------------
     def background(self, store, now: int) -> str | None:
         """Refresh the history the estimates use, and refit in a thread when the engine says so."""
-        rows = store.history(now - self.cfg.models.history_days * 86400)
-        self.estimator.set_history(rows)
+        # Read again only when the table changed (sacct reads: every history_interval_s at most) or
+        # an hour of the window has slid by: 200,000 rows took ~3 s to read, at every cycle before
+        # (bench/bench_history.py).
+        since = now - self.cfg.models.history_days * 86400
+        fingerprint = store.history_fingerprint()
+        if fingerprint != self._history_fingerprint or since - self._history_since >= 3600:
+            self.estimator.set_history(store.history(since))
+            self._history_fingerprint, self._history_since = fingerprint, since
         if self._refit_thread is not None and self._refit_thread.is_alive():
             return None
 

@@ -887,7 +887,12 @@ class Reconciler:
         on requeue). Returns rows added; a missing slurmdbd is logged, never fatal."""
         if now - self.last_history_read < self.cfg.daemon.history_interval_s:
             return 0
-        since = self.last_history_read or now - self.cfg.models.history_days * 86400
+        since = self.last_history_read
+        if not since:
+            # after a start: from the newest job already stored (less the hour of overlap below), not
+            # the whole window again: on a large cluster two months of sacct took minutes to merge
+            # before the first cycle
+            since = max(now - self.cfg.models.history_days * 86400, self.store.history_fingerprint()[1])
         self.last_history_read = now
         try:
             rows = self.backend.finished_jobs(since - 3600)

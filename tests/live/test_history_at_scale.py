@@ -1,0 +1,87 @@
+"""The finished-job history a large cluster accumulates (two months of sacct: hundreds of
+thousands of rows) must not be re-read or re-merged where once is enough: before, every cycle read
+the whole table (~3 s at 200,000 rows), and every start merged two months of sacct one row at a time
+(0.4 ms a row) before its first cycle. bench/bench_history.py prints the figures."""
+
+from __future__ import annotations
+
+from lucidd.live.config import config_from_dict
+from lucidd.live.reconcile import Reconciler
+from lucidd.live.store import Store
+from orchestrator.live import LucidDecider
+
+from .memslurm import Clock, MemSlurm
+
+NOW = 1_800_000_000
+
+
+def row(job_id, end, duration=100, name="n"):
+    return {"job_id": job_id, "name": name, "user": "u", "partition": "main", "gpus": 1, "submit_time": end - duration,
+            "start_time": end - duration, "end_time": end, "duration": duration, "state": "COMPLETED"}
+
+
+def test_add_history_replaces_a_job_and_keeps_the_last_of_a_batch(tmp_path):
+    store = Store(f"sqlite:///{tmp_path}/s.db").create()
+    store.add_history([row(k, NOW - k) for k in range(1, 2001)])  # more than one batch of 900
+    store.add_history([row(5, NOW, 7, "first"), row(5, NOW, 9, "last"), row(3000, NOW)])
+    rows = {r.job_id: r for r in store.history(0)}
+    assert len(rows) == 2001
+    assert (rows[5].duration, rows[5].name, rows[5].end_time) == (9, "last", NOW)
+    assert rows[1999].partition == "main" and rows[1999].start_time == NOW - 1999 - 100
+
+
+def test_the_fingerprint_changes_with_every_change_of_the_history(tmp_path):
+    store = Store(f"sqlite:///{tmp_path}/s.db").create()
+    assert store.history_fingerprint() == (0, 0, 0)
+    store.add_history([row(1, NOW - 10), row(2, NOW)])
+    seen = {store.history_fingerprint()}
+    store.add_history([row(1, NOW - 10, duration=150)])  # a job's record corrected: same count, same newest
+    seen.add(store.history_fingerprint())
+    store.prune_history(NOW - 5)
+    seen.add(store.history_fingerprint())
+    assert len(seen) == 3 and store.history_fingerprint() == (1, NOW, 100)
+
+
+class CountingStore:
+    def __init__(self, store):
+        self.store, self.reads = store, 0
+
+    def history(self, since):
+        self.reads += 1
+        return self.store.history(since)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_the_decider_reads_the_history_again_only_when_it_changed_or_an_hour_slid_by(tmp_path):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "models": {"min_history_jobs": 10 ** 6}})
+    store = CountingStore(Store(cfg.database.url).create())
+    store.add_history([row(k, NOW - k) for k in range(1, 50)])
+    d = LucidDecider(cfg)
+    for t in range(0, 600, 10):  # ten minutes of cycles, nothing new: one read
+        d.background(store, NOW + t)
+    assert store.reads == 1 and len(d.estimator._history) == 49
+    store.add_history([row(100, NOW + 600)])
+    d.background(store, NOW + 610)
+    assert store.reads == 2 and len(d.estimator._history) == 50
+    d.background(store, NOW + 4210)  # the window slid by an hour since the last read: read again
+    assert store.reads == 3
+
+
+def test_a_restart_reads_sacct_from_the_newest_job_it_has_not_the_whole_window(tmp_path):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models"), "history_days": 60}})
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    asked = []
+    slurm.finished_jobs = lambda since: asked.append(since) or []
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
+    now = int(clock.t)
+    rec.read_history(now)  # an empty store: the whole window (less an hour of overlap)
+    assert asked == [now - 60 * 86400 - 3600]
+    store.add_history([row(1, now - 7200), row(2, now - 600)])
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)  # restarted
+    rec.read_history(now + 60)
+    assert asked[-1] == now - 600 - 3600
