@@ -9,6 +9,8 @@ the test cluster's PostgreSQL, `scripts/testcluster.sh env` prints LUCIDD_TEST_P
   re-add 10 %   a later read: the last interval's jobs, many of them already stored
   history       the whole window read into the estimator's frame
   cycle         LucidDecider.background with nothing new: what every reconcile cycle pays
+  estimate      one new job's duration estimate against that history (the rule of means: no
+                model is fitted here; an EBM's estimate costs about the same, its features dominate)
 Figures, not a test (docs/deploy.md, "Cost on the controller", quotes them).
 """
 
@@ -51,7 +53,8 @@ def one(url, n):
 
     from lucidd.live.config import config_from_dict
     from lucidd.live.store import HistoryRow, Store
-    from orchestrator.live import LucidDecider
+    from lucidd.backends.base import LiveJob
+    from orchestrator.live import LucidDecider, live_job
 
     store = Store(url).create()
     with store.session() as s:
@@ -64,8 +67,10 @@ def one(url, n):
     d = LucidDecider(cfg)
     first = timed(lambda: d.background(store, NOW))
     steady = min(timed(lambda: d.background(store, NOW + 10 * k)) for k in range(1, 6))
+    job = live_job(LiveJob(10 ** 8, user="u7", gpus=2, submit_time=NOW, partition="vc1", name="train-7"), None)
+    est = min(timed(lambda: d.estimator.estimate([job])) for _ in range(3))
     dialect = store.url.split(":")[0].split("+")[0]
-    print(f"{dialect:<11} {n:>8} {add:>12.2f} {readd:>11.2f} {first:>9.2f} {steady:>9.3f}", flush=True)
+    print(f"{dialect:<11} {n:>8} {add:>12.2f} {readd:>11.2f} {first:>9.2f} {steady:>9.3f} {est:>9.2f}", flush=True)
 
 
 def main():
@@ -74,7 +79,7 @@ def main():
     ap.add_argument("--url", default=os.environ.get("LUCIDD_TEST_PG_URL"))
     args = ap.parse_args()
     urls = [f"sqlite:///{tempfile.mkdtemp(prefix='lucidd-bench-')}/h.db"] + ([args.url] if args.url else [])
-    print(f"{'database':<11} {'rows':>8} {'add_history':>12} {'re-add 10%':>11} {'history':>9} {'cycle':>9}  (seconds)", flush=True)
+    print(f"{'database':<11} {'rows':>8} {'add_history':>12} {'re-add 10%':>11} {'history':>9} {'cycle':>9} {'estimate':>9}  (seconds)", flush=True)
     for url in urls:
         for n in [int(x) for x in args.rows.split(",")]:
             one(url, n)

@@ -26,6 +26,7 @@ Deterministic: ties in frequency are broken by the name itself and affinity prop
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from collections import Counter
@@ -57,7 +58,14 @@ def normalise_name(name: object) -> str:
     """
     if name is None or (isinstance(name, float) and np.isnan(name)):
         return ""
-    s = str(name).lower()
+    return _normalise(str(name))
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _normalise(name: str) -> str:
+    # cached: the live estimator normalises every name of its history (hundreds of thousands on a
+    # large cluster, most of them repeats) for each new job's features: 1 s a cycle uncached
+    s = name.lower()
     s = _UUID.sub(" ", s)
     s = _DATE.sub(" ", s)
     s = _TIME.sub(" ", s)
