@@ -217,10 +217,15 @@ class Daemon:
             log.warning("stop: could not record the stop in the database: %s", exc)
         if self.dry_run:
             return
+        released = []
         try:
-            open_inbox(self.backend, self.cfg, reason)
+            open_inbox(self.backend, self.cfg, reason, released=released)
         except BackendError as exc:
             log.error("stop: could not give every job back to Slurm (%s); lucidd-failopen will", exc)
+        try:
+            self.reconciler.record_released(released, int(self.clock()), reason)
+        except StoreError as exc:  # the next start finds them moved without a record, and says so
+            log.warning("stop: could not record the release of %d job(s): %s", len(released), exc)
 
     def loop(self):
         interval = self.cfg.daemon.interval_s

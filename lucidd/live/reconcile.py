@@ -918,17 +918,42 @@ class Reconciler:
             self.store.prune_history(now - self.cfg.models.history_days * 86400)
         return len(out)
 
+    def record_released(self, released: list, now: int, why: str) -> int:
+        """Write down the moves of lucidd's own orderly stop (open_inbox's `released`), so that the
+        next start finds each job where its record says, instead of warning that it was moved
+        "without a record" (an admin trial). Returns the rows written."""
+        rows = self.store.jobs([jid for jid, _target, _what in released])
+        changed = []
+        for jid, target, what in released:
+            r = rows.get(jid)
+            if r is None or r.phase in ("released", "done"):
+                continue
+            r.phase, r.released_at = "released", now
+            if what == "requeued":
+                r.profile = "released"
+                r.profile_reason = (r.profile_reason or "") + f"; released to {target} by lucidd's stop ({why})"
+            else:
+                r.profile = "skipped"
+                r.profile_reason = (f"not profiled: released to {target} by lucidd's stop ({why})"
+                                    + (" after its admission, before it started there" if what == "admitted" else ""))
+            changed.append(r)
+        if changed:
+            self.store.save_jobs(changed)
+        return len(changed)
+
 
 # ----- fail-open ------------------------------------------------------------------------------
 
-def open_inbox(backend: Backend, config, reason: str, clock=time.time) -> list[str]:
+def open_inbox(backend: Backend, config, reason: str, clock=time.time, released: list | None = None) -> list[str]:
     """Give every job lucidd holds back to Slurm's own scheduling, then open the inbox.
 
     Needs nothing but Slurm (no database, no lucidd process): pending inbox jobs go to the
     partition they asked for (job_submit.lua recorded it), requeued profiling jobs are released
     once their requeue is a whole second old, and the inbox is set UP so that jobs submitted while
-    lucidd is away start too. Returns the lines it logged.
+    lucidd is away start too. Returns the lines it logged; `released`, when given, gets (job id,
+    partition, "inbox" | "requeued" | "admitted") for each job Slurm took the move of.
     """
+    released = [] if released is None else released
     s = config.slurm
     lines = []
     try:
@@ -952,6 +977,7 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time) -> list[s
         try:
             backend.move(ids, target)
             lines.append(f"released {len(ids)} job(s) from {s.inbox_partition} to {target}: {reason}")
+            released.extend((jid, target, "inbox") for jid in ids)
         except BackendError as exc:
             lines.append(f"could not release job(s) {ids[:10]} to {target}: {exc}; the open inbox runs them")
     now = int(clock())
@@ -967,6 +993,7 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time) -> list[s
                 # cleared, or its partition's nodes could stay excluded
                 backend.move([j.job_id], target, start_now=True, exclude="" if j.excluded_nodes else None)
                 lines.append(f"released requeued job {j.job_id} from {s.profiling_partition} to {target}")
+                released.append((j.job_id, target, "requeued"))
             except BackendError as exc:
                 lines.append(f"requeued job {j.job_id} left in {s.profiling_partition} ({exc}); "
                              "Slurm restarts it there")
@@ -979,6 +1006,7 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time) -> list[s
                 backend.move([j.job_id], target, exclude="" if j.excluded_nodes else None)
                 lines.append(f"released job {j.job_id}, admitted to {s.profiling_partition} and not started, "
                              f"to {target}")
+                released.append((j.job_id, target, "admitted"))
             except BackendError as exc:
                 lines.append(f"job {j.job_id} left in {s.profiling_partition} ({exc}); it runs there to its end")
     inbox = snap.partitions.get(s.inbox_partition)

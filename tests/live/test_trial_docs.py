@@ -100,3 +100,36 @@ def test_a_shadow_before_the_slurm_conf_changes_still_profiles_virtually(tmp_pat
     said = [r.getMessage() for r in caplog.records if "has no partition profiling" in r.getMessage()]
     assert len(said) == 1
     assert not slurm.calls
+
+
+def test_an_orderly_stop_records_the_jobs_it_released(tmp_path, caplog):
+    """lucidd's own stop gave its jobs back to Slurm without writing it down, and the next start
+    warned of each one "moved there without a record of it" (an admin trial)."""
+    cfg = _cfg(tmp_path, capacity_gpus=2, skip_when_free=False, lend_idle_gpus=False)
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    d = Daemon(cfg, backend=slurm, clock=clock)
+    d.start()
+    for jid in (1, 2, 3):
+        slurm.submit(jid, partition="main", gpus=1)
+    clock.t += 10
+    assert d.run_once()
+    assert [slurm.jobs[j].partition for j in (1, 2, 3)] == ["profiling", "profiling", "inbox"]
+    slurm.start(1)
+    clock.t += 610
+    assert d.run_once()
+    assert slurm.jobs[1].pending and slurm.jobs[1].restart_count == 1  # requeued, not yet released
+    clock.t += 1
+    d.stop("lucidd stopped")
+    assert [slurm.jobs[j].partition for j in (1, 2, 3)] == ["main", "main", "main"]
+    rows = d.store.jobs([1, 2, 3])
+    assert [(rows[j].phase, rows[j].profile) for j in (1, 2, 3)] == [
+        ("released", "released"), ("released", "skipped"), ("released", "skipped")]
+    assert all("by lucidd's stop (lucidd stopped)" in rows[j].profile_reason for j in (1, 2, 3))
+    caplog.clear()
+    again = Daemon(cfg, backend=slurm, clock=clock)
+    again.start()
+    clock.t += 10
+    assert again.run_once()
+    assert "without a record" not in caplog.text
+    assert [slurm.jobs[j].partition for j in (1, 2, 3)] == ["main", "main", "main"]
