@@ -208,9 +208,14 @@ def explain_data(cfg, store, job_id) -> dict:
     if r is None:
         raise LucidError(f"job {jid} is not in lucidd's database (never seen by lucidd, or from before it ran)")
     actions = store.actions_for(jid)
+    # a job first seen outside the inbox (lucidd started on a busy cluster, a shadow) was never
+    # routed by job_submit.lua: where it was is all lucidd knows, not what its owner asked for
+    seen_outside = (r.profile_reason or "").startswith("first seen in partition")
     story = [f"submitted {_ts(r.original_submit)} asking for {r.gpus} GPU(s)"
-             + (f" in partition {r.requested_partition}" if r.requested_partition else " (no partition: "
-                f"{r.target_partition})")]
+             + (f" (first seen in partition {r.requested_partition}: what it asked for was not recorded)"
+                if seen_outside and r.requested_partition else
+                f" in partition {r.requested_partition}" if r.requested_partition else
+                f" (no partition: {r.target_partition})")]
     # actions and starts in the order they happened (the latest start is kept on the record, the
     # profiling run's apart: a job cancelled after its requeue listed its requeue before its start)
     events = [(a.applied_at or a.created_at or 0, f"{_ts(a.applied_at or a.created_at)} {a.kind} [{a.status}]: "

@@ -351,3 +351,19 @@ def test_a_shadow_runs_its_profiling_virtually_within_the_capacity_and_tprof(tmp
     story = " | ".join(explain_data(cfg, shadow.store, 1)["story"])
     assert "dry-run: would have started its profiling run" in story, story
     assert [b["job_id"] for b in queue_data(cfg, shadow.store)["profiling"]] == [3, 4]
+
+
+def test_explain_does_not_say_a_job_first_seen_outside_the_inbox_asked_for_that_partition(setup):
+    """A job running when lucidd started was said to have asked for the partition it was found in;
+    lucidd never saw what it asked for (no job_submit.lua record)."""
+    from lucidd.admin_cli import explain_data
+    from lucidd.backends.base import LiveJob
+
+    cfg, clock, slurm, daemon = setup
+    slurm.jobs[5] = LiveJob(5, partition="research", gpus=2, submit_time=int(clock()))
+    slurm.start(5)
+    live = daemon()
+    clock.t += 10
+    assert live.run_once()
+    first = explain_data(cfg, Store(cfg.database.url), 5)["story"][0]
+    assert "first seen in partition research" in first and "in partition research" not in first.split("(")[0], first
