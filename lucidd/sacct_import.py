@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .backends.base import PARTITION_TAG
+from .backends.base import PARTITION_TAG, never_ran
 from .backends.slurm import json_int, json_time
 from .errors import LucidError
 
@@ -329,13 +329,9 @@ def sacct_json_to_trace(data: dict, *, source: str = "sacct --json", start: int 
         job_id = base_id if seen_ids[base_id] == 1 else f"{base_id}#{seen_ids[base_id]}"
         if seen_ids[base_id] == 2:
             rep.ids_reused += 1
-        # Slurm gives a run that ended before it was given nodes a start equal to its end and no nodes:
-        # it never ran. Cancelled (or past its deadline) while pending: a job cancelled right after
-        # lucidd's requeue was written as a 0 s job; FAILED at submission: an sbatch Slurm refused
-        # ("Requested node configuration is not available") still reaches slurmdbd, and was written
-        # as a 0 s, 20-GPU job (an admin trial). One that ended in its first second on a node did run.
-        started = [r for r in g if r.start is not None
-                   and not (r.end is not None and r.start >= r.end and r.nodes in ("", "None assigned"))]
+        # a job cancelled right after lucidd's requeue was written as a 0 s job, a refused sbatch as a
+        # 0 s, 20-GPU one: records of runs that never happened are not runs
+        started = [r for r in g if not never_ran(r.start, r.end, r.nodes)]
         submit = next((r.submit for r in g if r.submit is not None), None)
         if submit is None:
             submit = started[0].start if started else None

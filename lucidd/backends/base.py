@@ -34,6 +34,18 @@ ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", 
                            "STAGE_OUT"})
 
 
+def never_ran(start: int | None, end: int | None, nodes) -> bool:
+    """Whether a finished job's record is of a run that never happened. Slurm gives a job that ended
+    before it was given nodes a start equal to its end and no nodes: cancelled (or past its
+    deadline) while pending, or FAILED at submission (an sbatch Slurm refused still reaches
+    slurmdbd; an admin trial imported one as a 0 s, 20-GPU job). One that ended in its first second
+    on a node did run. `nodes`: sacct's node list ("None assigned" when none) or squeue's names."""
+    if start is None:
+        return True
+    no_nodes = not nodes or nodes in ("None assigned", "(null)")
+    return end is not None and start >= end and no_nodes
+
+
 @dataclass
 class LiveJob:
     """One job as slurmctld reports it (times are Unix seconds; None when not set)."""

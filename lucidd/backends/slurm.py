@@ -342,6 +342,7 @@ def sacct_rows(data: dict) -> list[dict]:
                 "comment": (comment.get("job") if isinstance(comment, dict) else comment) or "",
                 "admin_comment": (comment.get("administrator") if isinstance(comment, dict) else "") or "",
                 "array_job_id": json_int((rec.get("array") or {}).get("job_id"), 0) or 0,
+                "nodes": rec.get("nodes") or "",
             })
         except (KeyError, TypeError, ValueError) as exc:
             log.warning("sacct: skipped a record lucidd cannot read (%s)", exc)

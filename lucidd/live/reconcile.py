@@ -34,7 +34,7 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
-from ..backends.base import Backend, BackendError, ClusterSnapshot, LiveJob
+from ..backends.base import Backend, BackendError, ClusterSnapshot, LiveJob, never_ran
 from ..errors import LucidError
 from .store import CycleRow, JobRow, Store
 
@@ -634,7 +634,8 @@ class Reconciler:
         r.end_time = (j.end_time if j is not None else None) or now
         r.final_state = j.state if j is not None else "GONE"
         # Slurm gives a job that ended while pending (scancel, or past its --deadline) a start time
-        # equal to its end: it never ran
+        # equal to its end: it never ran (squeue may list no nodes for a job that ran and ended, so
+        # the state is asked too)
         ended_pending = (j is not None and j.state in ("CANCELLED", "DEADLINE") and j.end_time is not None
                          and j.start_time is not None and j.start_time >= j.end_time)
         if j is not None and j.start_time and not ended_pending:
@@ -902,8 +903,8 @@ class Reconciler:
         known = self.store.jobs([r["job_id"] for r in rows])
         out = []
         for r in rows:
-            if not r.get("end_time") or not r.get("start_time"):
-                continue
+            if not r.get("end_time") or never_ran(r.get("start_time"), r["end_time"], r.get("nodes", "?")):
+                continue  # a 0 s record of a run that never happened would teach the models 0 s jobs
             mine = known.get(r["job_id"])
             submit = mine.original_submit if mine is not None else r["submit_time"] or r["start_time"]
             part = (mine.target_partition if mine is not None else r["partition"]) or r["partition"]

@@ -85,3 +85,27 @@ def test_a_restart_reads_sacct_from_the_newest_job_it_has_not_the_whole_window(t
     rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)  # restarted
     rec.read_history(now + 60)
     assert asked[-1] == now - 600 - 3600
+
+
+def test_records_of_runs_that_never_happened_are_not_history(tmp_path):
+    """A submission Slurm refused reaches slurmdbd as FAILED with its start equal to its end and no
+    nodes; read as history it taught the models a 0 s job (import-sacct had the rule already)."""
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")}})
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    now = int(clock.t)
+
+    def sacct(job_id, start, end, nodes, state="COMPLETED"):
+        return {"job_id": job_id, "name": "n", "user": "u", "account": "", "partition": "main", "state": state,
+                "gpus": 4, "submit_time": now - 500, "start_time": start, "end_time": end, "nodes": nodes}
+
+    slurm.finished_jobs = lambda since: [
+        sacct(1, now - 100, now - 100, "None assigned", "FAILED"),  # refused at submission
+        sacct(2, None, now - 90, "None assigned", "CANCELLED"),  # cancelled while pending
+        sacct(3, now - 80, now - 80, "gpu1", "FAILED"),  # failed in its first second on a node: it ran
+        sacct(4, now - 300, now - 60, "gpu[1-2]")]
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
+    assert rec.read_history(now) == 2
+    assert sorted((r.job_id, r.duration) for r in store.history(0)) == [(3, 0), (4, 240)]
