@@ -166,8 +166,9 @@ class Backend:
     def snapshot(self) -> ClusterSnapshot:
         raise NotImplementedError
 
-    def finished_jobs(self, since: int) -> list[dict]:
-        """Jobs that ended since `since` (accounting), as plain trace rows."""
+    def finished_jobs(self, since: int, until: int | None = None) -> list[dict]:
+        """Jobs that ended since `since` (accounting), as plain trace rows; with `until`, those that
+        were running or ended between the two (a job may come in two windows that meet)."""
         raise NotImplementedError
 
     def move(self, job_ids, partition: str, start_now: bool = False, exclude: str | None = None) -> None:

@@ -365,10 +365,15 @@ class SlurmBackend(Backend):
         parts = parse_partitions(self.runner.run(["scontrol", "-o", "show", "partition"]), nodes)
         return ClusterSnapshot(now, jobs, parts, nodes)
 
-    def finished_jobs(self, since: int) -> list[dict]:
-        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(max(0, int(since))))
+    def finished_jobs(self, since: int, until: int | None = None) -> list[dict]:
+        def stamp(t):
+            return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(max(0, int(t))))
+
         # No --state filter: with one, sacct matches states *at* the start time only.
-        data = self.runner.run_json(["sacct", "--json", "--allusers", "--starttime", start])
+        argv = ["sacct", "--json", "--allusers", "--starttime", stamp(since)]
+        if until is not None:
+            argv += ["--endtime", stamp(until)]
+        data = self.runner.run_json(argv)
         return [r for r in sacct_rows(data) if r["end_time"] and r["state"] not in ("RUNNING", "PENDING",
                                                                                      "REQUEUED", "SUSPENDED")]
 

@@ -153,6 +153,13 @@ def _not_answering(node) -> bool:
     return "not_responding" in words or words[0].rstrip("*") == "down"
 
 
+# sacct reads of the finished-job history (Reconciler.read_history)
+HISTORY_OVERLAP_S = 3600  # each read starts this much before the last one ended: slurmdbd may record late
+HISTORY_FIRST_SPAN_S = 86400  # a backlog's first window
+HISTORY_MIN_SPAN_S = 3600
+HISTORY_ROWS_WANTED = 4000  # ~25 MB of sacct JSON a window
+
+
 def released_to(requested: str | None, slurm) -> str:
     """Where a job goes when lucidd (or lucidd-failopen) lets it go: the partitions it asked for
     (`-p`, as job_submit.lua recorded them) without lucidd's own two, else the default partition."""
@@ -193,6 +200,9 @@ class Reconciler:
         self.default_partition = s.default_partition
         self.managed = set(s.managed_partitions)
         self.last_history_read = 0
+        self.history_from = None  # where the next sacct read starts (None: not known until the first)
+        self.history_span = HISTORY_FIRST_SPAN_S  # how much of a backlog one sacct read covers
+        self.history_failed = False  # the last sacct read failed: the next waits history_interval_s
         self._records = None  # open job records, cached between cycles (see _open_records)
         self._unmovable = {}  # job_id -> (retry at, pause): moves Slurm refused for good (_unmovable_now)
         self._refused = {}  # job_id -> Slurm's error for a release that may have been made anyway (_adopt)
@@ -885,21 +895,45 @@ class Reconciler:
     # -- history for the models ---------------------------------------------------------------------
     def read_history(self, now: int) -> int:
         """Finished jobs from accounting, with lucidd's own original submit times (Slurm resets them
-        on requeue). Returns rows added; a missing slurmdbd is logged, never fatal."""
-        if now - self.last_history_read < self.cfg.daemon.history_interval_s:
+        on requeue). Returns rows added; a missing slurmdbd is logged, never fatal.
+
+        Reads from where the last read that worked ended (less an hour: slurmdbd may record a job
+        late), so a failed read loses nothing. A backlog (the first start: `history_days` of it) is
+        read a window at a time, one window per cycle, widened while windows come back small and
+        narrowed when they come back large: two months of a large cluster's sacct in one call ran
+        past the command's timeout (~6 KB of JSON a job), and its loss was never retried."""
+        days = self.cfg.models.history_days * 86400
+        if self.history_from is None:
+            # from the newest job already stored, not the whole window again (minutes to merge)
+            self.history_from = max(now - days, self.store.history_fingerprint()[1])
+        self.history_from = max(self.history_from, now - days)
+        # a backlog is read at every cycle, unless the last read failed (then at the usual pace)
+        backlog = (now - self.history_from > self.cfg.daemon.history_interval_s + HISTORY_OVERLAP_S
+                   and not self.history_failed)
+        if not backlog and now - self.last_history_read < self.cfg.daemon.history_interval_s:
             return 0
-        since = self.last_history_read
-        if not since:
-            # after a start: from the newest job already stored (less the hour of overlap below), not
-            # the whole window again: on a large cluster two months of sacct took minutes to merge
-            # before the first cycle
-            since = max(now - self.cfg.models.history_days * 86400, self.store.history_fingerprint()[1])
+        until = self.history_from + self.history_span
+        if until >= now - HISTORY_OVERLAP_S:
+            until = None  # up to now: the ordinary read
         self.last_history_read = now
         try:
-            rows = self.backend.finished_jobs(since - 3600)
+            rows = self.backend.finished_jobs(self.history_from - HISTORY_OVERLAP_S, until)
         except BackendError as exc:
-            log.warning("finished jobs not read (sacct): %s; the models keep their current data", exc)
+            self.history_failed = True
+            if until is not None and self.history_span > HISTORY_MIN_SPAN_S:
+                self.history_span = max(HISTORY_MIN_SPAN_S, self.history_span // 4)  # too big a window?
+            log.warning("finished jobs not read (sacct): %s; the models keep their current data, the read is "
+                        "tried again from %s", exc, time.strftime("%Y-%m-%d %H:%M", time.localtime(self.history_from)))
             return 0
+        self.history_failed = False
+        self.history_from = now if until is None else until
+        if until is not None:
+            if len(rows) < HISTORY_ROWS_WANTED // 4:
+                self.history_span = min(days, self.history_span * 4)
+            elif len(rows) > HISTORY_ROWS_WANTED * 2:
+                self.history_span = max(HISTORY_MIN_SPAN_S, self.history_span // 2)
+            log.info("history: %d finished job(s) read up to %s (backlog)", len(rows),
+                     time.strftime("%Y-%m-%d %H:%M", time.localtime(until)))
         known = self.store.jobs([r["job_id"] for r in rows])
         out = []
         for r in rows:

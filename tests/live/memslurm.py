@@ -103,5 +103,5 @@ class MemSlurm(Backend):
         if name == "inbox":
             self.inbox_up = up
 
-    def finished_jobs(self, since: int) -> list[dict]:
+    def finished_jobs(self, since: int, until: int | None = None) -> list[dict]:
         return []

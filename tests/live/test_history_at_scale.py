@@ -69,22 +69,72 @@ def test_the_decider_reads_the_history_again_only_when_it_changed_or_an_hour_sli
     assert store.reads == 3
 
 
-def test_a_restart_reads_sacct_from_the_newest_job_it_has_not_the_whole_window(tmp_path):
-    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+def _reconciler(tmp_path, sacct, **daemon):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10, **daemon},
                             "models": {"dir": str(tmp_path / "models"), "history_days": 60}})
     clock = Clock()
     slurm = MemSlurm(clock)
-    asked = []
-    slurm.finished_jobs = lambda since: asked.append(since) or []
+    slurm.finished_jobs = sacct
     store = Store(cfg.database.url).create()
-    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
-    now = int(clock.t)
-    rec.read_history(now)  # an empty store: the whole window (less an hour of overlap)
-    assert asked == [now - 60 * 86400 - 3600]
+
+    def lucidd():
+        return Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
+
+    return store, lucidd, int(clock.t)
+
+
+def test_a_restart_reads_sacct_from_the_newest_job_it_has_not_the_whole_window(tmp_path):
+    asked = []
+    store, lucidd, now = _reconciler(tmp_path, lambda since, until=None: asked.append((since, until)) or [])
     store.add_history([row(1, now - 7200), row(2, now - 600)])
-    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)  # restarted
-    rec.read_history(now + 60)
-    assert asked[-1] == now - 600 - 3600
+    lucidd().read_history(now + 60)
+    assert asked == [(now - 600 - 3600, None)]
+
+
+def test_a_backlog_is_read_a_window_per_cycle_widening_while_windows_are_small(tmp_path):
+    """Two months of a large cluster's sacct in one call ran past the command's 30 s timeout, and
+    the backlog was never tried again."""
+    asked = []
+    store, lucidd, now = _reconciler(tmp_path, lambda since, until=None: asked.append((since, until)) or [])
+    rec = lucidd()
+    t = now
+    while not asked or asked[-1][1] is not None:
+        rec.read_history(t)
+        t += 10
+        assert len(asked) < 20
+    day = 86400
+    start = now - 60 * day
+    assert asked[0] == (start - 3600, start + day)  # a day first, then 4x wider while windows stay small
+    assert asked[1] == (start + day - 3600, start + 5 * day)
+    assert asked[2] == (start + 5 * day - 3600, start + 21 * day)
+    assert asked[-1][1] is None and len(asked) == 4
+    rec.read_history(t)  # caught up: the usual pace again
+    assert len(asked) == 4
+
+
+def test_a_failed_read_is_tried_again_from_where_it_was_and_a_big_window_narrows(tmp_path):
+    from lucidd.backends.base import BackendError
+
+    asked, fail = [], [True]
+
+    def sacct(since, until=None):
+        asked.append((since, until))
+        if fail[0]:
+            raise BackendError("sacct: timed out after 30 s")
+        return [row(k, since + 3600 + k) for k in range(1, 9001)]  # a busy window: narrower next
+
+    store, lucidd, now = _reconciler(tmp_path, sacct)
+    rec = lucidd()
+    rec.read_history(now)
+    rec.read_history(now + 10)  # failed: not again at every cycle
+    assert len(asked) == 1
+    fail[0] = False
+    rec.read_history(now + 301)
+    start = now + 301 - 60 * 86400  # the window's start, which slides with the clock
+    assert asked[1] == (start - 3600, start + 86400 // 4)  # the same start, a narrower window
+    rec.read_history(now + 311)
+    assert asked[2] == (start + 86400 // 4 - 3600, start + 86400 // 4 + 86400 // 8)
+    assert store.history_fingerprint()[0] > 0
 
 
 def test_records_of_runs_that_never_happened_are_not_history(tmp_path):
@@ -100,7 +150,7 @@ def test_records_of_runs_that_never_happened_are_not_history(tmp_path):
         return {"job_id": job_id, "name": "n", "user": "u", "account": "", "partition": "main", "state": state,
                 "gpus": 4, "submit_time": now - 500, "start_time": start, "end_time": end, "nodes": nodes}
 
-    slurm.finished_jobs = lambda since: [
+    slurm.finished_jobs = lambda since, until=None: [
         sacct(1, now - 100, now - 100, "None assigned", "FAILED"),  # refused at submission
         sacct(2, None, now - 90, "None assigned", "CANCELLED"),  # cancelled while pending
         sacct(3, now - 80, now - 80, "gpu1", "FAILED"),  # failed in its first second on a node: it ran

@@ -528,3 +528,10 @@ def test_transient_failure_reaches_the_caller(fake):
     with pytest.raises(SlurmCommandError) as e:
         b.snapshot()
     assert e.value.transient and isinstance(e.value, BackendError)
+
+
+def test_finished_jobs_in_a_window_asks_sacct_for_its_end(fake):
+    _sacct_as_22_05(fake)
+    SlurmBackend(SlurmRunner(bin_dir=str(fake.bin))).finished_jobs(1795457000, 1795460600)
+    (call,) = fake.calls()
+    assert call[5] == "--endtime" and time.strptime(call[6], "%Y-%m-%dT%H:%M:%S")
