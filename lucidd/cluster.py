@@ -12,6 +12,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from .errors import ConfigError, TraceError
@@ -40,6 +41,7 @@ class ClusterSpec:
 
     vcs: dict[str, VCSpec] = field(default_factory=dict)
     source: str = ""
+    notes: list = field(default_factory=list)  # what the sizing of a trace-sized spec should tell its reader
 
     @property
     def total_gpus(self) -> int:
@@ -127,12 +129,31 @@ def size_cluster_from_trace(jobs: pd.DataFrame, gpus_per_node: int = 8, nodes: i
         spec.source = f"--nodes {nodes}"
         return spec
     span = max(1, int(jobs["submit_time"].max() - jobs["submit_time"].min())) if len(jobs) else 1
+    by_largest = []
     for vc, grp in jobs.groupby("vc", sort=True):
         gpu_seconds = float((grp["gpu_num"] * grp["duration"]).sum())
         need = gpu_seconds / (span * target_load)
-        n = max(math.ceil(need / gpus_per_node), math.ceil(int(grp["gpu_num"].max()) / gpus_per_node), 1)
+        largest = math.ceil(int(grp["gpu_num"].max()) / gpus_per_node)
+        n = max(math.ceil(need / gpus_per_node), largest, 1)
         n = min(n, max(1, math.ceil(int(grp["gpu_num"].sum()) / gpus_per_node)))
+        if n == largest > max(1, math.ceil(need / gpus_per_node)):
+            by_largest.append(f"{vc} ({n} nodes for a {int(grp['gpu_num'].max())}-GPU job)")
         spec.vcs[str(vc)] = VCSpec(str(vc), n, gpus_per_node)
+    # The sizing trusts the first and last submissions: one stray submit time (a 0 for a missing
+    # one, milliseconds for seconds) shrank a 13-node cluster to 1 and multiplied the average JCT by
+    # 18, without a word (an admin trial).
+    if len(jobs) >= 3:
+        t = np.sort(jobs["submit_time"].to_numpy(np.int64))
+        gaps = np.diff(t)
+        k = int(np.argmax(gaps))
+        if gaps[k] > (t[-1] - t[0]) / 2:
+            spec.notes.append(f"one gap between submissions, {int(gaps[k]):,} s of the trace's {int(t[-1] - t[0]):,} s "
+                              f"(after submit time {int(t[k])}), sets the span the VCs were sized over: check for a "
+                              "stray submit time (a 0, or milliseconds), window the trace (--start/--end), or size "
+                              "it with --nodes or --vc-config")
+    if by_largest:
+        spec.notes.append("VCs sized for their largest job, not their load: " + ", ".join(by_largest[:8])
+                          + (" ..." if len(by_largest) > 8 else ""))
     return spec
 
 

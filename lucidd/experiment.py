@@ -139,7 +139,7 @@ def make_experiment(loaded, vc_config=None, nodes=None, gpus_per_node=8, estimat
         if nodes is not None:
             jobs = jobs.assign(vc="all")
     check_trace_fits(jobs, spec, loaded.path)
-    notes = []
+    notes = list(spec.notes)
     if scale_nodes is not None:  # what-if sizing; a config too small for a job was reported just above
         scaled, raised = scale_cluster(spec, scale_nodes, jobs)
         notes.append(f"--scale-nodes {float(scale_nodes):g}: {spec.total_nodes} -> {scaled.total_nodes} nodes"

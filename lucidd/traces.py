@@ -377,6 +377,30 @@ def _one_record_per_line(path: pathlib.Path, n_rows: int) -> bool:
     return n_lines == n_rows + 1
 
 
+def _fields_of_cut_last_line(path: pathlib.Path, n_columns: int) -> int | None:
+    """The number of fields of the file's last line when the file ends without a line end and that
+    line has fewer fields than the header (a file cut off mid-row); None otherwise. Compressed files
+    are not checked (a cut one fails to decompress)."""
+    if path.suffix.lower() in (".gz", ".bz2", ".xz", ".zip", ".zst", ".tar"):
+        return None
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 65536))
+            tail = f.read()
+    except OSError:
+        return None
+    if not tail or tail.endswith((b"\n", b"\r")):
+        return None
+    line = tail.rsplit(b"\n", 1)[-1].decode("utf-8", "replace")
+    try:
+        rec = next(csv.reader([line]), [])
+    except csv.Error:
+        return None
+    return len(rec) if 0 < len(rec) < n_columns else None
+
+
 def _open_text(path: pathlib.Path):
     return io.TextIOWrapper(_open_binary(path), encoding="utf-8-sig", newline="")
 
@@ -684,6 +708,15 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
     if n_bad_lines:
         rows.drop((df.iloc[:, 0] == _BAD_FIELDS).to_numpy(), "wrong number of fields")
         rows.drop((df.iloc[:, 0] == _BAD_QUOTE).to_numpy(), "unbalanced quote")
+    # A file cut off mid-row (a copy or download stopped) ends without a line end, its last row
+    # short of fields: read as a row with empty cells, it made a phantom VC (an admin trial).
+    fields = _fields_of_cut_last_line(path, len(df.columns))
+    if fields is not None and rows.alive.any():
+        last = np.zeros(len(df), dtype=bool)
+        last[int(np.flatnonzero(rows.alive)[-1])] = True
+        rows.bad(last, "truncated last line", df.columns[min(fields, len(df.columns) - 1)], None,
+                 lambda _v: f"the file ends in the middle of this row ({fields} of {len(df.columns)} fields and no "
+                            "line end): was it cut off in a copy or download?")
 
     # ---- submit times and origin -------------------------------------------------------------
     raw_submit = df["submit_time"]

@@ -629,16 +629,18 @@ def rolling_estimates(
     models: dict[int, DurationModel] = {}
     if n:
         t0, tlast = int(t.min()), int(t.max())
-        points = []
-        r = t0 + refit_every_s
-        while r <= tlast:
-            points.append(r)
-            r += refit_every_s
+        # A refit at the start of every period that has submissions (period k: [t0 + k x every,
+        # t0 + (k+1) x every), k >= 1; its version is k). A period without any has nothing to
+        # predict, and the next one's fit is trained on everything ended before it anyway; one
+        # stray submit time in milliseconds asked for 165 million of them (an admin trial: a hang).
+        periods = np.unique((t - t0) // refit_every_s)
+        points = [t0 + int(k) * refit_every_s for k in periods if k >= 1]
         model = None
         mversion = 0
         order = np.argsort(t, kind="stable")
-        for i, R in enumerate(points):
-            nxt = points[i + 1] if i + 1 < len(points) else tlast + 1
+        for R in points:
+            i = (R - t0) // refit_every_s - 1
+            nxt = min(R + refit_every_s, tlast + 1)
             train = end <= R
             if window_s is not None:
                 train &= t >= R - window_s

@@ -1,0 +1,68 @@
+"""What an admin found replaying their own history before turning lucidd on (28 November 2026,
+a helper's trial): one stray submit time re-sized the cluster without a word (and one in
+milliseconds hung `lucid`), and a file cut off mid-row made a phantom VC."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lucidd.cluster import size_cluster_from_trace
+from lucidd.errors import TraceError
+from lucidd.traces import load_trace
+from models.duration import rolling_estimates
+
+HEAD = "job_id,submit_time,duration,gpu_num,user,vc\n"
+
+
+def rows(n=60, gap=130):
+    return [f"j{k},{1_795_824_068 + k * gap},{600 + 37 * k},{1 + k % 4},u{k % 5},vcA" for k in range(n)]
+
+
+def test_a_file_cut_off_mid_row_is_a_bad_row_not_a_phantom_vc(tmp_path):
+    p = tmp_path / "cut.csv"
+    p.write_text(HEAD + "\n".join(rows()) + "\nj60,1795831000,1856,1,u")  # cut inside the user
+    with pytest.raises(TraceError, match="ends in the middle of this row") as e:
+        load_trace(p)
+    assert e.value.row == 62
+    t = load_trace(p, skip_bad_rows=True)
+    assert len(t.jobs) == 60 and t.dropped == {"truncated last line": 1} and set(t.jobs["vc"]) == {"vcA"}
+
+
+def test_a_whole_last_row_without_a_line_end_is_a_row(tmp_path):
+    p = tmp_path / "whole.csv"
+    p.write_text(HEAD + "\n".join(rows()))
+    assert len(load_trace(p).jobs) == 60
+
+
+def test_one_stray_submit_time_is_named_when_it_sizes_the_cluster(tmp_path):
+    p = tmp_path / "stray.csv"
+    p.write_text(HEAD + "\n".join(rows() + ["stray,0,100,1,u0,vcA"]) + "\n")
+    spec = size_cluster_from_trace(load_trace(p).jobs)
+    assert any("one gap between submissions" in n and "stray submit time" in n for n in spec.notes), spec.notes
+    fine = tmp_path / "fine.csv"
+    fine.write_text(HEAD + "\n".join(rows()) + "\n")
+    assert not any("gap" in n for n in size_cluster_from_trace(load_trace(fine).jobs).notes)
+
+
+def test_a_vc_sized_for_its_largest_job_says_so(tmp_path):
+    p = tmp_path / "wide.csv"
+    p.write_text(HEAD + "\n".join(rows() + ["wide,1795824100,60,4096,u0,vcA"]) + "\n")
+    spec = size_cluster_from_trace(load_trace(p).jobs)
+    assert spec.vcs["vcA"].nodes == 512
+    assert any("largest job" in n and "vcA (512 nodes for a 4096-GPU job)" in n for n in spec.notes), spec.notes
+
+
+def test_the_weekly_refits_are_made_where_jobs_are_not_for_every_empty_week():
+    """A submit time in milliseconds asked for 165 million weekly refit points: `lucid` never ended."""
+    n = 300
+    t = np.arange(n) * 3600  # 12 days: two weekly refits before the stray one
+    jobs = pd.DataFrame({"job_id": [str(k) for k in range(n)], "submit_time": np.append(t[:-1], 99_999_999_999_999),
+                         "duration": 100 + np.arange(n) % 50, "gpu_num": 1, "user": "u", "vc": "v", "name": "x"})
+    started = time.perf_counter()
+    out = rolling_estimates(jobs)
+    assert time.perf_counter() - started < 60
+    assert len(out) == n and [r["version"] for r in out.attrs["refits"]] == [1, 99_999_999_999_999 // 604_800]
