@@ -71,7 +71,8 @@ def _parser() -> argparse.ArgumentParser:
                             "doubling of estimate x GPUs (default 3600, as lucidd ships; 0: oldest first)")
     lucid.add_argument("--long-tprof-s", type=int,
                        help="lucid only: Tprof of a profiling run on GPUs nobody waits for, and of the oldest "
-                            "runs within 3%% of the GPUs (default 3600, as lucidd ships; 0: --tprof for every run)")
+                            "runs past --tprof within long_share (6%%) of the profiling GPUs (default 3600, as lucidd "
+                            "ships; 0: --tprof for every run)")
     lucid.add_argument("--no-lend", action="store_true",
                        help="lucid only: profiling stays within its capacity and borrows no GPU of a partition "
                             "nobody waits in (lucidd's [profiler] lend_idle_gpus = false; default: it borrows)")

@@ -38,6 +38,11 @@ from lucidd.experiment import Experiment
 from lucidd.metrics import summarize
 
 HOUR = 3600
+# why a key can change nothing on a cluster (said when every value of its grid replays the same)
+_INERT_HINT = {"tprof": " (every run past tprof_s is kept to long_tprof_s when long_share of the profiling "
+                          "GPUs is at least the capacity: 134 GPUs or more with the defaults; docs/config.md, "
+                          "tprof_s)"}
+
 METRICS = ("avg_jct_s", "avg_queue_s", "p999_queue_s", "profiler_finished", "packed_jobs")
 
 
@@ -306,6 +311,16 @@ class Tuner:
                     {"value": v, "raw": raw[i], "smoothed": {k: round(float(smooth[k].iloc[i]), 1) for k in METRICS},
                      "feasible": bool(ok.iloc[i]), "off_grid": False} for i, v in enumerate(param.grid)]
                 stay = best[param.name]
+                if stay in param.grid and len(table[list(METRICS)].drop_duplicates()) == 1:
+                    # Every value replays the same: the key changes nothing here, and "lowest avg JCT
+                    # among 7/7 values" read as if it had been tuned (an admin trial, tprof_s on a
+                    # cluster where every run past it is kept to long_tprof_s).
+                    why = (f"{param.name}={stay}: kept; every value of the grid replays the same here "
+                           f"({_jct_words(table, smooth, param.grid.index(stay))}): it changes nothing on this "
+                           f"cluster{_INERT_HINT.get(param.name, '') if self.variant == 'lucid' else ''}")
+                    reasons.append(why)
+                    self.log(why)
+                    continue
                 if stay in param.grid:
                     stay_jct = float(smooth["avg_jct_s"].iloc[param.grid.index(stay)])
                     stay_ok = bool(ok.iloc[param.grid.index(stay)])

@@ -310,3 +310,12 @@ def test_choice_rules_on_scripted_replays(scripted):
     # an off-grid current value with a smaller excess than every grid value
     p = scripted({300: bad(900.0, 150.0), 600: bad(900.0, 160.0), 450: bad(1000.0, 110.0)}, 450, (300, 600))
     assert p.proposed_params["tprof"] == 450 and "is the smallest" in p.reasons[0]
+
+
+def test_a_key_that_changes_nothing_is_said_to_change_nothing(scripted):
+    """Seven identical replays of tprof were reported as "lowest avg JCT among the 7/7 values", as
+    if Tprof had been tuned (an admin trial, on a cluster where every run is kept to long_tprof_s)."""
+    same = (990.0, 90.0, 9.0)
+    p = scripted({300: same, 600: same, 900: same}, 600, (300, 600, 900))
+    assert p.proposed_params["tprof"] == 600
+    assert "every value of the grid replays the same here" in p.reasons[0] and "lowest" not in p.reasons[0]
