@@ -441,3 +441,41 @@ def test_an_end_far_ahead_without_start_names_end(tmp_path):
                      lucid_partitions=None, json=False)
     with pytest.raises(SacctImportError, match=r"^--end 2999-01-01: the start it implies \(30 days before"):
         cmd_import_sacct(args, runner=_FakeRunner())
+
+
+def test_users_sacct_json_leaves_out_are_read_from_its_text_output_or_counted(tmp_path, capsys):
+    """sacct --json (22.05) writes `user: null` for users without a slurmdbd association: 78 of 131
+    jobs of an admin trial were imported without a user, and the report said nothing."""
+    from argparse import Namespace
+
+    from lucidd.sacct_import import cmd_import_sacct
+
+    data = json.loads(SACCT.read_text())
+    for rec in data["jobs"]:
+        rec["user"], rec["association"] = None, None
+    saved = tmp_path / "sacct.json"
+    saved.write_text(json.dumps(data))
+
+    class Runner(_FakeRunner):
+        def run_json(self, argv):
+            self.calls.append(argv)
+            return json.loads(saved.read_text()) if argv[0] == "sacct" else json.loads(SINFO.read_text())
+
+        def run(self, argv):
+            self.calls.append(argv)
+            return "".join(f"{rec['job_id']}|www-data\n" for rec in data["jobs"])
+
+    def args(**kw):
+        base = dict(json_file=None, live=False, start="2000-01-01", end=None, sinfo_json=None,
+                    out=str(tmp_path / "t.csv"), vc_config_out=None, keep_cpu_jobs=False, default_vc="main",
+                    lucid_partitions=None, json=False)
+        return Namespace(**{**base, **kw})
+
+    runner = Runner()
+    assert cmd_import_sacct(args(live=True), runner=runner) == 0
+    assert runner.calls[1][:2] == ["sacct", "--allusers"] and "JobIDRaw,User" in runner.calls[1]
+    users = pd.read_csv(tmp_path / "t.csv", keep_default_na=False)
+    assert set(users["user"]) == {"www-data"}
+    capsys.readouterr()
+    assert cmd_import_sacct(args(json_file=str(saved)), runner=None) == 0  # saved JSON: counted, said
+    assert f"{len(users)} job(s) without a user" in capsys.readouterr().out
