@@ -166,6 +166,18 @@ class Backend:
     def snapshot(self) -> ClusterSnapshot:
         raise NotImplementedError
 
+    def job_states(self, job_ids) -> dict:
+        """job id -> (state, start time, restart count) as slurmctld has them *now*, for the jobs it
+        still knows (a purged one is left out): lucidd asks right before a requeue, which Slurm
+        makes even of a job that has ended (it then runs again). This default reads a snapshot."""
+        want = {int(j) for j in job_ids}
+        return {j.job_id: (j.state, j.start_time, j.restart_count) for j in self.snapshot().jobs if j.job_id in want}
+
+    def controller_boot_time(self) -> int | None:
+        """When slurmctld last started (Unix seconds), None when unknown. After a restart it shows a
+        job that ended while it was down as RUNNING until the node's completion message arrives."""
+        return None
+
     def finished_jobs(self, since: int, until: int | None = None) -> list[dict]:
         """Jobs that ended since `since` (accounting), as plain trace rows; with `until`, those that
         were running or ended between the two (a job may come in two windows that meet)."""

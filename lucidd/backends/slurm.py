@@ -122,6 +122,15 @@ class SlurmRunner:
         return data
 
 
+def _local_time(text: str) -> int | None:
+    """Slurm's text time (`2026-11-28T00:47:27`, local time, as squeue and scontrol print it);
+    None for N/A, Unknown or anything else."""
+    try:
+        return int(time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S")))
+    except (ValueError, OverflowError):
+        return None
+
+
 def _empty_result(err) -> bool:
     """sacct's "Nothing found" (a query with no match) is an answer, not a failure."""
     return isinstance(err, dict) and "nothing found" in f"{err.get('description', '')} {err.get('error', '')}".lower()
@@ -364,6 +373,33 @@ class SlurmBackend(Backend):
         nodes = parse_sinfo(self.runner.run_json(["sinfo", "--json"]))
         parts = parse_partitions(self.runner.run(["scontrol", "-o", "show", "partition"]), nodes)
         return ClusterSnapshot(now, jobs, parts, nodes)
+
+    def job_states(self, job_ids) -> dict:
+        ids = ",".join(str(int(j)) for j in job_ids)
+        if not ids:
+            return {}
+        # text, not --json: 22.05's squeue --json ignores -j and lists every job
+        try:
+            out = self.runner.run(["squeue", "-h", "-t", "all", "-j", ids, "-O",
+                                   "JobID:|,State:|,StartTime:|,RestartCnt:|"])
+        except SlurmCommandError as exc:
+            if "invalid job id" in str(exc).lower():
+                return {}  # none of them is known any more (each ended and was purged)
+            raise
+        states = {}
+        for line in out.splitlines():
+            parts = [p.strip() for p in line.split("|")]
+            if len(parts) < 4 or not parts[0].isdigit():
+                continue
+            states[int(parts[0])] = (parts[1], _local_time(parts[2]), int(parts[3]) if parts[3].isdigit() else 0)
+        return states
+
+    def controller_boot_time(self) -> int | None:
+        for line in self.runner.run(["scontrol", "show", "config"]).splitlines():
+            name, _, value = line.partition("=")
+            if name.strip() == "BOOT_TIME":
+                return _local_time(value.strip())
+        return None
 
     def finished_jobs(self, since: int, until: int | None = None) -> list[dict]:
         def stamp(t):

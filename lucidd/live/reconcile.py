@@ -154,6 +154,9 @@ def _not_answering(node) -> bool:
 
 
 # sacct reads of the finished-job history (Reconciler.read_history)
+# requeues wait until slurmctld has been up this long (twice slurmstepd's 15 s retry of a job's
+# completion message, and a margin): see Reconciler._controller_settling
+CONTROLLER_SETTLE_S = 45
 HISTORY_OVERLAP_S = 3600  # each read starts this much before the last one ended: slurmdbd may record late
 HISTORY_FIRST_SPAN_S = 86400  # a backlog's first window
 HISTORY_MIN_SPAN_S = 3600
@@ -191,6 +194,7 @@ class Reconciler:
         self.dry_run = dry_run
         self._warned_shadow_inbox = -10 ** 12  # when a dry run last said its inbox holds jobs for nobody
         self._held_back = {}  # job id -> the silent nodes its requeue waits for (logged once per set)
+        self._settle_logged = None  # the slurmctld start time the requeue hold was logged for
         self._warned_no_profiling = False  # a shadow said once that Slurm has no profiling partition
         self._profiles_on = frozenset()  # the profiling partition's nodes, as of this cycle
         self.clock = clock
@@ -723,11 +727,45 @@ class Reconciler:
                         log.warning("%s job %s failed: %s", it[2], it[1], one)
                         if errors is not None:
                             errors[it[1]] = str(one)
-            self.store.record_actions(good, now, "applied")
+            # the time it was sent, not the cycle's: a database call that waited can lie between the
+            # two, and explain showed a requeue before the end of a job it had rerun (an admin trial)
+            self.store.record_actions(good, max(now, int(self.clock())), "applied")
             for key, jid, kind, _args, reason in good:
                 log.info("%s%s: %s", kind, "" if jid is None else f" job {jid}", reason)
                 ok.add(jid)
         return ok
+
+    def _controller_settling(self) -> bool:
+        """True while slurmctld has been up for less than CONTROLLER_SETTLE_S: a job whose run ended
+        while it was down shows RUNNING until the node's completion message arrives (slurmstepd
+        retries it every 15 s), and a requeue then runs the finished job again (an admin trial: 5 of
+        5 jobs). Requeues wait; so they do when the boot time cannot be read."""
+        try:
+            boot = self.backend.controller_boot_time()
+        except BackendError as exc:
+            log.warning("requeues held back this cycle: slurmctld's start time could not be read (%s)", exc)
+            return True
+        if boot is None or self.clock() - boot >= CONTROLLER_SETTLE_S:
+            return False
+        if self._settle_logged != boot:
+            self._settle_logged = boot
+            log.warning("requeues held back until slurmctld has been up %d s (it started %d s ago): a run that "
+                        "ended while it was down shows RUNNING until its node's completion message arrives",
+                        CONTROLLER_SETTLE_S, int(self.clock() - boot))
+        return True
+
+    def _requeue_if_still_running(self, j: LiveJob):
+        """`scontrol requeue` of the run this cycle saw, if it is still running. Slurm requeues a job
+        that has ended, too, and it then runs again from the start: the cycle's snapshot can be
+        seconds old by now (a database call that waited: an admin trial reran 10 finished jobs)."""
+        now_state = self.backend.job_states([j.job_id]).get(j.job_id)
+        if now_state is None or now_state[0] != "RUNNING" or now_state[2] != j.restart_count:
+            shown = "gone" if now_state is None else f"{now_state[0]}, restart {now_state[2]}"
+            raise BackendError(f"no requeue: Slurm shows the job {shown} now, not the run this cycle saw "
+                               "(it ended or changed after this cycle's look at Slurm)", transient=False)
+        if self._controller_settling():  # slurmctld restarted since the cycle's look
+            raise BackendError("no requeue yet: slurmctld has just started", transient=False)
+        self.backend.requeue(j.job_id)
 
     def _apply(self, plan: Plan, snap, records, seen, releasing, changed, now) -> int:
         n = 0
@@ -759,10 +797,11 @@ class Reconciler:
                 changed[jid] = r
                 n += 1
         # Tprof reached: requeue (only a job still running its profiling run)
+        settling = bool(plan.requeue) and not self.dry_run and self._controller_settling()
         for jid, reason in plan.requeue:
             j, r = seen.get(jid), records.get(jid)
             if j is None or r is None or j.partition != self.profiling or j.state != "RUNNING" \
-                    or j.restart_count != r.restarts:
+                    or j.restart_count != r.restarts or settling:
                 continue
             silent = [n for n in j.node_names if n in snap.nodes and _not_answering(snap.nodes[n])]
             if silent:
@@ -779,7 +818,8 @@ class Reconciler:
             self._held_back.pop(jid, None)
             refused = {}
             if self._act_batch([(key("requeue", jid, records), jid, "requeue", {}, reason)],
-                               lambda ids: self.backend.requeue(ids[0]), now, applied=applied, errors=refused):
+                               lambda ids, j=j: self._requeue_if_still_running(j), now, applied=applied,
+                               errors=refused):
                 r.profile, r.phase = "requeued", "requeued"
                 r.requeued_at = int(self.clock())  # the release waits until this second is over
                 r.profile_reason = reason

@@ -35,6 +35,10 @@ class MemSlurm(Backend):
         # (verb, job_id) -> (message, transient, applied): the next such call fails this way; with
         # `applied` Slurm makes the change and still reports the error (scontrol's rc 1 after a change)
         self.fail: dict[tuple, tuple] = {}
+        self.boot_time = None  # slurmctld's start time, when a test sets one
+        # called with the job id when lucidd asks for a job's state right before a requeue: a test
+        # ends the job there to play a run that ended after the cycle's snapshot
+        self.before_requeue_check = None
 
     # -- what a test does to the cluster ----------------------------------------------------------
     def submit(self, job_id: int, partition="main", gpus=1, **kw) -> LiveJob:
@@ -91,6 +95,19 @@ class MemSlurm(Backend):
             raise BackendError(f"scontrol update jobid=...: Invalid partition name specified ({partition})",
                                transient=False)
         self._call("move", job_ids, apply)
+
+    def job_states(self, job_ids) -> dict:
+        out = {}
+        for jid in job_ids:
+            if self.before_requeue_check is not None:
+                self.before_requeue_check(jid)
+            j = self.jobs.get(int(jid))
+            if j is not None:
+                out[j.job_id] = (j.state, j.start_time, j.restart_count)
+        return out
+
+    def controller_boot_time(self):
+        return self.boot_time
 
     def requeue(self, job_id: int) -> None:
         self._call("requeue", [job_id], self.slurm_requeue)

@@ -188,16 +188,26 @@ def test_slurmctld_restart_while_lucidd_runs(clean_cluster, tmp_path, job_script
                        profiler={"room_wait_s": 120})
     daemon = lucidd_factory(cfg).start()
     time.sleep(2)
+    # A profiling run that ends while slurmctld is down, past Tprof (8 s) when it is back: slurmctld
+    # shows it RUNNING until the node's completion message arrives, and a requeue then ran the
+    # finished job a second time (an admin trial, 5 of 5 jobs).
+    ended_inside = sbatch(job_script, 5, "--gres=gpu:1", name="ends-while-ctld-down")
+    wait_until(lambda: [j for j in active_jobs() if j["job_id"] == ended_inside and j["job_state"] == "RUNNING"
+                        and j["partition"] == "profiling"], 30, "the job to run in profiling")
+    stopped = time.time()
     sh(str(TC), "ctld-stop")
     try:
         wait_until(lambda: "Slurm did not answer" in daemon.text(), 60, "lucidd to notice slurmctld is gone")
-        time.sleep(3)
+        time.sleep(max(3.0, 12 - (time.time() - stopped)))  # the run ends meanwhile and is past Tprof
         assert daemon.proc.poll() is None, "lucidd must wait for slurmctld, not exit"
     finally:
         sh(str(TC), "ctld-start", timeout=120)
     job = sbatch(job_script, 2, "--gres=gpu:1", name="after-restart")
-    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] == job], 90, "the job to finish")
-    assert sacct_runs([job])[job][-1][:2] == ("profiling", "COMPLETED")
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] in (job, ended_inside)], 90,
+               "the jobs to finish")
+    runs = sacct_runs([job, ended_inside])
+    assert runs[job][-1][:2] == ("profiling", "COMPLETED")
+    assert [r[:2] for r in runs[ended_inside]] == [("profiling", "COMPLETED")], runs[ended_inside]
     daemon.stop()
     assert "Slurm did not answer" in daemon.text()
 
