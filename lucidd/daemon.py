@@ -61,6 +61,8 @@ class Daemon:
         self.decider = load_decider(config.daemon.decider, config)
         self.reconciler = Reconciler(config, self.backend, self.store, self.decider, dry_run=self.dry_run,
                                      clock=clock)
+        # a check runs beside a live lucidd, which moves the inbox's jobs: no shadow's warning about them
+        self.reconciler.warns_of_shadow_inbox = not self.check
         self.stop_requested = False
         self.db_down_since = None
         self.db_error = ""
@@ -77,6 +79,8 @@ class Daemon:
                 log.info("lucidd %s check (--once --dry-run): one cycle, nothing written to Slurm or %s",
                          __version__, _redact(self.cfg.database.url))
                 return
+            self._check_partitions()
+            self._check_heartbeat_file()
             self.store.create()
             self._share_database_with_other_mode()
         except StoreError as exc:
@@ -88,6 +92,52 @@ class Daemon:
         log.info("lucidd %s started%s: database %s, backend %s, every %gs", __version__,
                  " in dry-run (shadow) mode" if self.dry_run else "", _redact(self.cfg.database.url),
                  self.backend.name, self.cfg.daemon.interval_s)
+
+    def _check_partitions(self):
+        """Every partition the config names must exist in Slurm (a ConfigError, exit 2). A misspelled
+        inbox left jobs waiting for ever in the real, DOWN one behind a lucidd that looked healthy,
+        and lucidd-failopen --force could not open it either (an admin trial). A shadow runs before
+        the inbox and profiling partitions exist (docs/deploy.md, rollout): only the others."""
+        from .backends.base import BackendError
+
+        s = self.cfg.slurm
+        named = [("default_partition", s.default_partition)]
+        named += [("managed_partitions", p) for p in s.managed_partitions]
+        if not self.dry_run:
+            named = [("inbox_partition", s.inbox_partition), ("profiling_partition", s.profiling_partition)] + named
+        try:
+            have = self.backend.partition_names()
+        except BackendError as exc:  # Slurm not answering yet: the loop waits for it, as always
+            log.warning("partitions not checked at start (Slurm: %s)", exc)
+            return
+        missing = [(key, name) for key, name in named if name and name not in have]
+        if missing:
+            key, name = missing[0]
+            raise ConfigError(f"[slurm] {key} = \"{name}\": Slurm has no such partition (it has: "
+                              f"{', '.join(sorted(have)) or 'none'})")
+
+    def _check_heartbeat_file(self):
+        """The heartbeat must be writable before lucidd acts: a cycle that acted and then could not
+        touch it crashed lucidd (an admin trial: a state folder out of inodes), and systemd's restart
+        made that a loop of closing the inbox, acting and opening it. A new file gets an old time:
+        it proves nothing until the first cycle."""
+        from .live.reconcile import heartbeat_age
+
+        if self.dry_run:
+            return
+        path = self.cfg.daemon.heartbeat_file
+        try:
+            new = heartbeat_age(path) is None
+            d = os.path.dirname(path)
+            if d:
+                os.makedirs(d, exist_ok=True)
+            with open(path, "a"):
+                pass
+            if new:
+                os.utime(path, (0, 0))
+        except OSError as exc:
+            raise ConfigError(f"[daemon] heartbeat_file {path}: cannot be written ({exc.strerror or exc}): lucidd-"
+                              "failopen would open the inbox behind a running lucidd") from None
 
     def _open_for_check(self):
         """Read lucidd's state as the running daemon left it and write none (ReadOnlyStore). A
@@ -167,7 +217,12 @@ class Daemon:
                 return True  # no heartbeat, no history, no model upkeep: a check writes nothing
             if row.ok:
                 if not self.dry_run:
-                    touch_heartbeat(self.cfg.daemon.heartbeat_file)
+                    try:
+                        touch_heartbeat(self.cfg.daemon.heartbeat_file)
+                    except OSError as exc:
+                        # lucidd-failopen opens the inbox; the next cycle closes it again: said, not fatal
+                        log.error("heartbeat %s not written (%s): lucidd-failopen will open the inbox",
+                                  self.cfg.daemon.heartbeat_file, exc)
                 msg = self._model_upkeep(read_history=True)
                 if msg:
                     log.info("%s", msg)
@@ -339,7 +394,10 @@ def failopen_main(argv=None) -> int:
            else f"lucidd's heartbeat is {age:.0f} s old (> {bound:g} s)")
     backend = SlurmBackend(SlurmRunner(bin_dir=cfg.slurm.bin_dir or None, timeout_s=cfg.slurm.command_timeout_s))
     try:
-        lines = open_inbox(backend, cfg, why)
+        lines = open_inbox(backend, cfg, why, inbox_must_exist=True)
+    except ConfigError as exc:  # it exited 0 and opened nothing for a misspelled inbox (an admin trial)
+        print(f"lucidd-failopen: config error: {cfg.path}: {exc}", file=sys.stderr)
+        return 2
     except BackendError as exc:
         print(f"lucidd-failopen: Slurm unavailable: {exc}", file=sys.stderr)
         return 1

@@ -173,6 +173,10 @@ class Backend:
         want = {int(j) for j in job_ids}
         return {j.job_id: (j.state, j.start_time, j.restart_count) for j in self.snapshot().jobs if j.job_id in want}
 
+    def partition_names(self) -> set:
+        """The partitions Slurm has (a start checks lucidd's own against them). Reads a snapshot here."""
+        return set(self.snapshot().partitions)
+
     def controller_boot_time(self) -> int | None:
         """When slurmctld last started (Unix seconds), None when unknown. After a restart it shows a
         job that ended while it was down as RUNNING until the node's completion message arrives."""

@@ -394,6 +394,9 @@ class SlurmBackend(Backend):
             states[int(parts[0])] = (parts[1], _local_time(parts[2]), int(parts[3]) if parts[3].isdigit() else 0)
         return states
 
+    def partition_names(self) -> set:
+        return set(parse_partitions(self.runner.run(["scontrol", "-o", "show", "partition"]), {}))
+
     def controller_boot_time(self) -> int | None:
         for line in self.runner.run(["scontrol", "show", "config"]).splitlines():
             name, _, value = line.partition("=")

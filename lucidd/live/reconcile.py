@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..backends.base import Backend, BackendError, ClusterSnapshot, LiveJob, never_ran
-from ..errors import LucidError
+from ..errors import ConfigError, LucidError
 from .store import CycleRow, JobRow, Store
 
 log = logging.getLogger("lucidd")
@@ -105,8 +105,6 @@ def load_decider(spec: str, config) -> Decider:
     try:
         return getattr(importlib.import_module(module), cls)(config)
     except (ImportError, AttributeError, TypeError) as exc:  # TypeError: `module:name` is not a class
-        from ..errors import ConfigError
-
         raise ConfigError(f"[daemon] decider: cannot load {spec!r} ({exc})") from None
 
 
@@ -195,6 +193,7 @@ class Reconciler:
         self._warned_shadow_inbox = -10 ** 12  # when a dry run last said its inbox holds jobs for nobody
         self._held_back = {}  # job id -> the silent nodes its requeue waits for (logged once per set)
         self._settle_logged = None  # the slurmctld start time the requeue hold was logged for
+        self.warns_of_shadow_inbox = True  # False for a check (`--once --dry-run`), beside a live lucidd
         self._warned_no_profiling = False  # a shadow said once that Slurm has no profiling partition
         self._profiles_on = frozenset()  # the profiling partition's nodes, as of this cycle
         self.clock = clock
@@ -401,8 +400,9 @@ class Reconciler:
                       lambda: self.backend.set_partition_up(self.inbox, False), now, idempotent=False)
             n += 1
         elif inbox is None and not self.dry_run:
-            log.error("partition %s does not exist: new jobs bypass lucidd (docs/deploy.md)", self.inbox)
-        elif self.dry_run and inbox is not None and not inbox.up:
+            log.error("partition %s ([slurm] inbox_partition) does not exist in Slurm: new jobs are not routed "
+                      "through lucidd, or wait in another, DOWN partition (docs/deploy.md)", self.inbox)
+        elif self.dry_run and self.warns_of_shadow_inbox and inbox is not None and not inbox.up:
             stuck = sum(1 for j in snap.jobs if j.partition == self.inbox and j.pending)
             if stuck and now >= self._warned_shadow_inbox + 600:
                 # a shadow moves nothing: with the inbox DOWN, jobs routed there wait for nobody
@@ -1019,14 +1019,17 @@ class Reconciler:
 
 # ----- fail-open ------------------------------------------------------------------------------
 
-def open_inbox(backend: Backend, config, reason: str, clock=time.time, released: list | None = None) -> list[str]:
+def open_inbox(backend: Backend, config, reason: str, clock=time.time, released: list | None = None,
+               inbox_must_exist: bool = False) -> list[str]:
     """Give every job lucidd holds back to Slurm's own scheduling, then open the inbox.
 
     Needs nothing but Slurm (no database, no lucidd process): pending inbox jobs go to the
     partition they asked for (job_submit.lua recorded it), requeued profiling jobs are released
     once their requeue is a whole second old, and the inbox is set UP so that jobs submitted while
     lucidd is away start too. Returns the lines it logged; `released`, when given, gets (job id,
-    partition, "inbox" | "requeued" | "admitted") for each job Slurm took the move of.
+    partition, "inbox" | "requeued" | "admitted") for each job Slurm took the move of. With
+    `inbox_must_exist` (lucidd-failopen), an inbox Slurm does not have is a ConfigError once the
+    jobs are released.
     """
     released = [] if released is None else released
     s = config.slurm
@@ -1085,6 +1088,11 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time, released:
             except BackendError as exc:
                 lines.append(f"job {j.job_id} left in {s.profiling_partition} ({exc}); it runs there to its end")
     inbox = snap.partitions.get(s.inbox_partition)
+    if inbox is None and inbox_must_exist:
+        for line in lines:
+            log.warning("fail-open: %s", line)
+        raise ConfigError(f"[slurm] inbox_partition = \"{s.inbox_partition}\": Slurm has no such partition: "
+                          "nothing to open")
     if inbox is not None and not inbox.up:
         backend.set_partition_up(s.inbox_partition, True)
         lines.append(f"partition {s.inbox_partition} set UP: Slurm schedules new jobs without lucidd ({reason})")

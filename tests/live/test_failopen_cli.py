@@ -204,3 +204,13 @@ def test_in_process_entry_point(setup, monkeypatch):
     touch(hb, age_s=61)
     assert failopen_main(["--config", str(cfg)]) == 0
     assert fake.calls() == SNAPSHOT + INBOX_RELEASE
+
+
+def test_an_inbox_slurm_does_not_have_is_a_config_error_not_a_silent_success(setup):
+    """`[slurm] inbox_partition` misspelled: it exited 0 and opened nothing, while the real inbox
+    stayed DOWN with jobs in it (an admin trial)."""
+    fake, cfg, hb = setup
+    fake.cluster(squeue="squeue_inbox.json", partitions="partitions_inbox_down.txt")
+    cfg.write_text(cfg.read_text().replace("[slurm]\n", '[slurm]\ninbox_partition = "inbx"\n', 1))
+    r = run(cfg, "--force")
+    assert r.returncode == 2 and 'inbox_partition = "inbx": Slurm has no such partition' in r.stderr, r.stderr

@@ -34,3 +34,72 @@ def test_requeues_wait_until_a_restarted_slurmctld_has_settled(cluster):
     run_cycles(rec, clock, 10)  # 50 s after the start: settled
     assert [c for c in slurm.calls if c[0] == "requeue"] == [("requeue", (8,))]
     assert store.job(8).phase == "requeued"
+
+
+def _daemon(tmp_path, slurm, clock, dry_run=False, check=False, **slurm_keys):
+    from lucidd.daemon import Daemon
+    from lucidd.live.config import config_from_dict
+
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path / "state"), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")}, "slurm": slurm_keys})
+    return Daemon(cfg, dry_run=dry_run, check=check, backend=slurm, clock=clock)
+
+
+def test_a_partition_slurm_does_not_have_stops_a_start_with_the_key_named(tmp_path):
+    """A misspelled inbox left jobs in the real, DOWN inbox behind a lucidd that said healthy."""
+    import pytest
+
+    from lucidd.errors import ConfigError
+
+    from .memslurm import Clock, MemSlurm
+
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    for keys in ({"inbox_partition": "inbx"}, {"default_partition": "mian"}, {"managed_partitions": ["main", "gpu"]}):
+        with pytest.raises(ConfigError, match=r'\[slurm\] \w+ = "(inbx|mian|gpu)": Slurm has no such partition'):
+            _daemon(tmp_path, slurm, clock, **keys).start()
+    # a shadow runs before the inbox and profiling partitions exist (the rollout's order)
+    slurm.partitions = ["main"]
+    _daemon(tmp_path, slurm, clock, dry_run=True).start()
+    assert not slurm.calls
+
+
+def test_a_heartbeat_that_cannot_be_written_stops_a_start_and_never_crashes_a_cycle(tmp_path, monkeypatch, caplog):
+    import pytest
+
+    from lucidd.errors import ConfigError
+    from lucidd.live import reconcile
+
+    from .memslurm import Clock, MemSlurm
+
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "heartbeat").mkdir()  # not a file: cannot be written
+    with pytest.raises(ConfigError, match="heartbeat_file .*cannot be written"):
+        _daemon(tmp_path, slurm, clock).start()
+    (tmp_path / "state" / "heartbeat").rmdir()
+    d = _daemon(tmp_path, slurm, clock)
+    d.start()
+    assert reconcile.heartbeat_age(str(tmp_path / "state" / "heartbeat")) > 10 ** 9  # made, but proves nothing yet
+
+    def full(path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(reconcile, "touch_heartbeat", full)
+    clock.t += 10
+    d.run_once()  # no traceback: the failure is said
+    assert "heartbeat" in caplog.text and "No space left on device" in caplog.text
+
+
+def test_a_check_beside_a_live_lucidd_does_not_cry_stuck_jobs(tmp_path, caplog):
+    from .memslurm import Clock, MemSlurm
+
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    slurm.submit(3, partition="main")  # in the DOWN inbox, which the live lucidd empties
+    check = _daemon(tmp_path, slurm, clock, dry_run=True, check=True)
+    check.start()
+    clock.t += 10
+    assert check.run_once()
+    assert "wait there" not in caplog.text
