@@ -82,6 +82,10 @@ class Daemon:
             self._check_partitions()
             self._check_heartbeat_file()
             self.store.create()
+            if not self.store.hold_instance_lock():
+                raise LucidError(f"cannot start: another lucidd (live or --dry-run) runs on {_redact(self.cfg.database.url)}: "
+                                 "stop it first, or give this one its own [database] url (`lucidd --once --dry-run` "
+                                 "checks a config beside it)")
             self._share_database_with_other_mode()
         except StoreError as exc:
             raise LucidError(f"cannot start: {exc}") from None
@@ -261,8 +265,6 @@ class Daemon:
 
     def stop(self, reason="orderly stop"):
         """Release every job lucidd holds and open the inbox: Slurm schedules alone until lucidd is back."""
-        from .backends.base import BackendError
-        from .live.reconcile import open_inbox
         from .live.store import StoreError
 
         self.notifier.stopping(reason)
@@ -270,8 +272,17 @@ class Daemon:
             self.store.set_meta("stopped_at", f"{self.clock():.3f}")  # `lucidctl status` says STOPPED
         except StoreError as exc:
             log.warning("stop: could not record the stop in the database: %s", exc)
-        if self.dry_run:
-            return
+        try:
+            if not self.dry_run:
+                self._give_back(reason)
+        finally:
+            self.store.release_instance_lock()
+
+    def _give_back(self, reason):
+        from .backends.base import BackendError
+        from .live.reconcile import open_inbox
+        from .live.store import StoreError
+
         released = []
         try:
             open_inbox(self.backend, self.cfg, reason, released=released)

@@ -22,6 +22,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from ..errors import ConfigError, LucidError
 
+_INSTANCE_LOCK_KEY = 0x6C756364  # "lucd": pg_try_advisory_lock's first key for Store.hold_instance_lock
 SCHEMA_VERSION = 4  # 2: jobs.lent; 3: partition, user and account columns TEXT (were VARCHAR(200));
 # 4: gpu_profiles (a new table: create_all adds it to an older database)
 
@@ -279,6 +280,54 @@ class Store:
             with self._sessions() as s:
                 with s.begin():
                     yield s
+
+    def hold_instance_lock(self) -> bool:
+        """Take the lock that lets one lucidd (live or shadow) run on this database, for the life of
+        the process (released by release_instance_lock or the process's end). False when another
+        holds it: two live lucidd on one database acted on the same jobs, overwrote each other's
+        records, and one's stop gave the other's inbox away (an admin trial). SQLite: a lock on a
+        file beside the database; PostgreSQL: a session advisory lock on a connection kept open
+        (a database restart drops it; it guards starts). Other databases: not guarded."""
+        path = sqlite_file(self.url)
+        if path is not None:
+            import fcntl
+
+            try:
+                f = open(path + ".lock", "a+")
+            except OSError as exc:
+                raise StoreError(f"lock file {path}.lock cannot be opened: {exc.strerror or exc}") from None
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.close()
+                return False
+            self._instance_lock = f
+            return True
+        if self.url.startswith("postgresql"):
+            with self._guard("lock"):
+                conn = self.engine.connect()
+                # per schema: lucidd setups that share a database in schemas of their own are apart
+                got = bool(conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({_INSTANCE_LOCK_KEY}, "
+                                                "hashtext(current_schema()))").scalar())
+                conn.commit()  # the lock is the session's: no transaction is left open with it
+            if not got:
+                conn.close()
+                return False
+            self._instance_lock = conn
+            return True
+        return True
+
+    def release_instance_lock(self):
+        lock, self._instance_lock = getattr(self, "_instance_lock", None), None
+        if lock is None:
+            return
+        try:
+            if hasattr(lock, "invalidate"):
+                # closed, a pooled connection would go back to the pool with its session, and the lock
+                lock.invalidate()
+            lock.close()  # a file's lock goes with it
+        except Exception:  # noqa: BLE001 - a connection already gone has released its lock too
+            pass
 
     def has_state(self) -> bool:
         """Whether lucidd has made its tables here. False for a database it never used (and, for

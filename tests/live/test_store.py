@@ -347,3 +347,18 @@ def test_a_postgresql_connection_cannot_hang_a_cycle_for_good(request):
             assert c.execute(text("SHOW search_path")).scalar().startswith("lucidd_test_")
     finally:
         _pg_cleanup(s, handle)
+
+
+def test_one_lucidd_per_database_holds_the_instance_lock(store):
+    """Two live lucidd on one database acted on the same jobs and overwrote each other's records
+    (an admin trial); the second now finds the first's lock."""
+    other = Store(store.url)
+    try:
+        assert store.hold_instance_lock()
+        assert not other.hold_instance_lock()
+        store.release_instance_lock()
+        assert other.hold_instance_lock()
+    finally:
+        other.release_instance_lock()
+        store.release_instance_lock()
+        other.engine.dispose()

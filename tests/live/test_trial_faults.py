@@ -103,3 +103,27 @@ def test_a_check_beside_a_live_lucidd_does_not_cry_stuck_jobs(tmp_path, caplog):
     clock.t += 10
     assert check.run_once()
     assert "wait there" not in caplog.text
+
+
+def test_a_second_lucidd_on_the_same_database_is_refused_until_the_first_stops(tmp_path):
+    import pytest
+
+    from lucidd.errors import LucidError
+
+    from .memslurm import Clock, MemSlurm
+
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    first = _daemon(tmp_path, slurm, clock)
+    first.start()
+    for dry_run in (False, True):
+        with pytest.raises(LucidError, match="another lucidd .* runs on"):
+            _daemon(tmp_path, slurm, clock, dry_run=dry_run).start()
+    calls = len(slurm.calls)
+    check = _daemon(tmp_path, slurm, clock, dry_run=True, check=True)
+    check.start()  # a check writes nothing and runs beside it
+    first.stop("lucidd stopped")
+    assert len(slurm.calls) > calls  # the first's stop, not the refused ones', opened the inbox
+    second = _daemon(tmp_path, slurm, clock)
+    second.start()
+    second.stop("lucidd stopped")
