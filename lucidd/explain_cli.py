@@ -93,15 +93,20 @@ def _id_text(v) -> str | None:
 
 
 def nearby_ids(ids, wanted: str, n: int = 5) -> list[str]:
-    """A few ids close to `wanted`: numerically when all ids are integers, else in sort order."""
-    ids = list(dict.fromkeys(ids))
-    try:
-        nums = sorted(int(i) for i in ids)
-        w = int(float(wanted))
-    except ValueError:
+    """A few ids close to `wanted`: numerically when all ids are plain integers, else in sort order;
+    for a job with array tasks (`32` of `32_0`, `32_1`, ...), its tasks first."""
+    ids = [str(i) for i in dict.fromkeys(ids)]
+    tasks = [i for i in ids if i.startswith(f"{wanted}_")]
+    if tasks:
+        return sorted(tasks, key=lambda i: (len(i), i))[:n]
+    # digits only: int() also takes "32_1" (Python's digit separators) and suggested 321 for 32_9
+    plain = re.compile(r"-?\d+")
+    if not (all(plain.fullmatch(i) for i in ids) and re.fullmatch(r"-?\d+(\.0)?", wanted)):
         keys = sorted(ids)
         k = bisect.bisect_left(keys, wanted)
         return keys[max(0, k - n // 2): max(0, k - n // 2) + n]
+    nums = sorted(int(i) for i in ids)
+    w = int(float(wanted))
     k = bisect.bisect_left(nums, w)
     window = nums[max(0, k - n): k + n]
     return [str(x) for x in sorted(sorted(window, key=lambda x: (abs(x - w), x))[:n])]

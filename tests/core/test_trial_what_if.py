@@ -66,3 +66,13 @@ def test_the_weekly_refits_are_made_where_jobs_are_not_for_every_empty_week():
     out = rolling_estimates(jobs)
     assert time.perf_counter() - started < 60
     assert len(out) == n and [r["version"] for r in out.attrs["refits"]] == [1, 99_999_999_999_999 // 604_800]
+
+
+def test_explain_suggests_real_ids_for_array_tasks():
+    """`explain job 32_9` suggested 321-325: int("32_1") is 321 in Python."""
+    from lucidd.explain_cli import nearby_ids
+
+    ids = ["29", "30", "31", "32_0", "32_1", "32_9", "34", "35"]
+    assert "321" not in "".join(nearby_ids(ids, "32_5")) and set(nearby_ids(ids, "32_5")) <= set(ids)
+    assert nearby_ids(ids, "32") == ["32_0", "32_1", "32_9"]  # a job's own tasks first
+    assert nearby_ids(["1", "2", "5", "9", "40"], "4") == ["1", "2", "5", "9", "40"]
