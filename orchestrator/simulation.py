@@ -280,7 +280,33 @@ def run_lucid(exp: Experiment, jobs, on_progress, variant: str) -> SimulationRes
     # run whose jobs all end in the profiler showed gpu_util 0
     runs = [(o.start, o.end, j.gpu_num) for j in jobs for o in [outcomes.get(j.job_id)]
             if o is not None and o.profiled and o.start is not None and o.end is not None and o.end > o.start]
-    return SimulationResult(variant, frame, with_runs(series, runs), exp.spec.total_gpus, extra)
+    # Queued jobs from every wait, not the main cluster's queue alone: the timeline showed none for
+    # a run whose summary had the longest queueing of all (waits for the profiling nodes, an admin
+    # trial). A profiled job waits for the profiler, then (requeued) for the main cluster.
+    waits = []
+    for j in jobs:
+        o = outcomes.get(j.job_id)
+        if o is not None and o.profiled and o.start is not None:
+            waits.append((j.submit_time, o.start))
+            if not o.finished and o.end is not None and j.start_time is not None:
+                waits.append((o.end, j.start_time))
+        elif j.start_time is not None:
+            waits.append((j.submit_time, j.start_time))
+    return SimulationResult(variant, frame, with_queue(with_runs(series, runs), waits), exp.spec.total_gpus, extra)
+
+
+def with_queue(series: pd.DataFrame, waits) -> pd.DataFrame:
+    """`series` with its queued_jobs replaced by the number of jobs waiting, from waits [(from, to)]."""
+    waits = [(a, b) for a, b in waits if b > a]
+    deltas = pd.DataFrame([(a, 1) for a, _ in waits] + [(b, -1) for _, b in waits], columns=["time", "d"])
+    queued = deltas.groupby("time")["d"].sum().cumsum() if len(deltas) else pd.Series(dtype="int64")
+    times = sorted(set(series["time"]).union(queued.index))
+    if not times:
+        return series
+    busy = series.drop_duplicates("time", keep="last").set_index("time")["busy_gpus"].reindex(times).ffill().fillna(0)
+    q = queued.reindex(times).ffill().fillna(0)
+    return pd.DataFrame({"time": times, "busy_gpus": busy.to_numpy().astype("int64"),
+                         "queued_jobs": q.to_numpy().astype("int64")})
 
 
 def with_runs(series: pd.DataFrame, runs) -> pd.DataFrame:

@@ -76,3 +76,21 @@ def test_explain_suggests_real_ids_for_array_tasks():
     assert "321" not in "".join(nearby_ids(ids, "32_5")) and set(nearby_ids(ids, "32_5")) <= set(ids)
     assert nearby_ids(ids, "32") == ["32_0", "32_1", "32_9"]  # a job's own tasks first
     assert nearby_ids(["1", "2", "5", "9", "40"], "4") == ["1", "2", "5", "9", "40"]
+
+
+def test_the_timeline_of_lucid_standalone_counts_the_jobs_waiting_for_the_profiler():
+    """Its timeline showed no queued job while summary.csv gave it the longest queueing of all:
+    only the main cluster's queue was counted (an admin trial)."""
+    from lucidd.experiment import make_experiment
+    from lucidd.traces import sample_trace_path, sample_vc_config_path
+
+    exp = make_experiment(load_trace(sample_trace_path(), start=2 * 86400, end=3 * 86400),
+                          vc_config=sample_vc_config_path())
+    res = exp.run("lucid-standalone")
+    s = res.series.sort_values("time")
+    span = s["time"].iloc[-1] - s["time"].iloc[0]
+    waited = float((s["queued_jobs"].to_numpy()[:-1] * np.diff(s["time"].to_numpy())).sum())  # job-seconds
+    queue_s = float(res.jobs["queue_s"].sum())
+    assert span > 0 and queue_s > 0
+    # every wait is in the series: job-seconds queued = the jobs' queueing delays (summary's queue)
+    assert waited == pytest.approx(queue_s, rel=0.01)
