@@ -479,3 +479,14 @@ def test_users_sacct_json_leaves_out_are_read_from_its_text_output_or_counted(tm
     capsys.readouterr()
     assert cmd_import_sacct(args(json_file=str(saved)), runner=None) == 0  # saved JSON: counted, said
     assert f"{len(users)} job(s) without a user" in capsys.readouterr().out
+
+
+def test_the_report_says_how_slurm_ran_the_jobs(tmp_path):
+    """An admin compared simulate's `slurm` row with nothing: the history's own figures were in the
+    trace, not in any output (an admin trial)."""
+    data = json.loads(SACCT.read_text())
+    trace, rep = sacct_json_to_trace(data)
+    r = rep.as_it_ran
+    assert set(r) == {"avg_jct_s", "avg_queue_s", "p999_queue_s"} and r["avg_jct_s"] >= r["avg_queue_s"] >= 0
+    assert any(line.startswith("as Slurm ran them: avg JCT") for line in rep.lines())
+    assert "as_it_ran" in rep.to_dict()
