@@ -65,6 +65,9 @@ def load_vc_config(path, gpus_per_node: int = 8) -> ClusterSpec:
         df = pd.read_csv(path, keep_default_na=False, na_values=[""])
     except FileNotFoundError:
         raise ConfigError(f"{path}: VC config not found") from None
+    except pd.errors.EmptyDataError:
+        raise ConfigError(f"{path}: VC config is an empty file (expected a header line, e.g. "
+                          "`vc,nodes,gpus_per_node`, and one row per VC)") from None
     except Exception as exc:
         raise ConfigError(f"{path}: cannot read VC config ({exc})") from None
     if df.empty:

@@ -141,10 +141,14 @@ class LoadedTrace:
             lim = self.jobs[TIME_LIMIT_COLUMN]
             known = int(lim.notna().sum())
             below = int((lim < self.jobs["duration"]).sum())
+            # far past it is no kill grace: a unit mix-up (minutes written as seconds), say
+            far = int(((self.jobs["duration"] > 2 * lim) & (self.jobs["duration"] > lim + 600)).sum())
             lines.append(f"time limits: {known} of {len(self.jobs)} jobs have one (the time_limit column; "
                          "the others get a modelled one, --limit-rule)"
                          + (f"; {below} job(s) ran past theirs (Slurm's OverTimeLimit, the kill grace): "
-                            "Slurm's engine plans them with the duration they ran" if below else ""))
+                            "Slurm's engine plans them with the duration they ran" if below else "")
+                         + (f"; {far} ran more than twice theirs and over 10 min past it, which no kill grace "
+                            "explains: is time_limit in seconds?" if far else ""))
         if self.missing_inputs:
             lines.append("optional columns not in the file (fine, nothing is dropped): "
                          + "; ".join(f"{m} ({_MISSING_MEANS.get(m, 'not used')})" for m in self.missing_inputs))

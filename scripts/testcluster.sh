@@ -20,7 +20,7 @@
 #                                           slurmd P+4.., MariaDB P+90, PostgreSQL P+91
 #                                           (unset: 16817/16819/16821../16306/16432)
 #   LUCIDD_TC_LUA=0                         no JobSubmitPlugins (jobs stay in the partition asked
-#                                           for; bench/slurm_replay.py uses this)
+#                                           for, main by default; bench/slurm_replay.py uses this)
 #   LUCIDD_TC_SCHED_PARAMS=...              SchedulerParameters (default bf_interval=2)
 #   LUCIDD_TC_EXTRA='Epilog=/bin/true'      more slurm.conf lines (';'-separated), appended
 set -euo pipefail
@@ -34,6 +34,8 @@ if [ -n "${LUCIDD_TC_PORT_BASE:-}" ]; then
   CTLD_PORT=$P; DBD_PORT=$((P + 2)); SLURMD_PORT0=$((P + 4)); MYSQL_PORT=$((P + 90)); PG_PORT=$((P + 91))
 fi
 LUA=${LUCIDD_TC_LUA:-1}
+# plain Slurm (no job_submit.lua): a job without -p goes to main, not to the DOWN inbox for ever
+if [ "$LUA" = 0 ]; then INBOX_DEFAULT=NO; MAIN_DEFAULT=YES; else INBOX_DEFAULT=YES; MAIN_DEFAULT=NO; fi
 SCHED_PARAMS=${LUCIDD_TC_SCHED_PARAMS:-bf_interval=2}
 EXTRA=${LUCIDD_TC_EXTRA:-}
 PACKAGES=(slurmctld slurmd slurm-client munge slurmdbd slurm-wlm-mysql-plugin mariadb-server postgresql lua5.1)
@@ -112,9 +114,9 @@ AccountingStoragePass=$DIR/munge/munge.socket
 AccountingStorageTRES=gres/gpu
 JobAcctGatherType=jobacct_gather/none
 NodeName=$(nodelist) NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$SLURMD_PORT0-$last_port] CPUs=32 RealMemory=64000 Gres=gpu:$GPUS State=UNKNOWN
-PartitionName=inbox     Nodes=$(nodelist) Default=YES MaxTime=INFINITE State=DOWN
+PartitionName=inbox     Nodes=$(nodelist) Default=$INBOX_DEFAULT MaxTime=INFINITE State=DOWN
 PartitionName=profiling Nodes=$(nodelist) Default=NO  MaxTime=INFINITE State=UP PriorityTier=2
-PartitionName=main      Nodes=$(nodelist) Default=NO  MaxTime=INFINITE State=UP
+PartitionName=main      Nodes=$(nodelist) Default=$MAIN_DEFAULT MaxTime=INFINITE State=UP
 PartitionName=research  Nodes=gpu[$((NODES > 2 ? NODES - 1 : 1))-$NODES] Default=NO MaxTime=INFINITE State=UP
 EOF
   [ -z "$EXTRA" ] || tr ';' '\n' <<<"$EXTRA" >> "$DIR/etc/slurm.conf"

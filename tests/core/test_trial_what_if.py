@@ -94,3 +94,17 @@ def test_the_timeline_of_lucid_standalone_counts_the_jobs_waiting_for_the_profil
     assert span > 0 and queue_s > 0
     # every wait is in the series: job-seconds queued = the jobs' queueing delays (summary's queue)
     assert waited == pytest.approx(queue_s, rel=0.01)
+
+
+def test_an_empty_vc_config_and_limits_no_kill_grace_explains_are_said_plainly(tmp_path):
+    from lucidd.cluster import load_vc_config
+    from lucidd.errors import ConfigError
+
+    empty = tmp_path / "vcs.csv"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match="VC config is an empty file"):
+        load_vc_config(empty)
+    p = tmp_path / "limits.csv"
+    p.write_text(HEAD.rstrip("\n") + ",time_limit\n" + "\n".join(f"{r},60" for r in rows(5)) + "\n")
+    text = load_trace(p).report()
+    assert "ran more than twice theirs" in text and "is time_limit in seconds?" in text
