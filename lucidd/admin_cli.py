@@ -32,7 +32,16 @@ def _open(args):
     try:
         has_state = store.has_state()
     except StoreError as exc:
-        raise LucidError(str(exc)) from None
+        # what an admin asks while the database is down is whether lucidd failed open: the heartbeat
+        # on this host says (an admin trial had only the connection error)
+        from .live.reconcile import heartbeat_age
+
+        hb = heartbeat_age(cfg.daemon.heartbeat_file)
+        beat = ("no heartbeat file on this host" if hb is None else
+                f"lucidd's heartbeat here is {hb:.0f} s old ("
+                + ("lucidd-failopen has opened the inbox or will: older than" if hb > cfg.daemon.failopen_after_s
+                   else "fail-open after") + f" {cfg.daemon.failopen_after_s:g} s)")
+        raise LucidError(f"{exc}; {beat}") from None
     except Exception as exc:  # noqa: BLE001 - a driver error outside SQLAlchemy's
         raise LucidError(f"{path}: database has no lucidd state yet ({type(exc).__name__})") from None
     if not has_state:  # raised inside the try it was caught above and lost its URL
@@ -56,12 +65,20 @@ def status_data(cfg, store, now=None) -> dict:
     for r in jobs.values():
         phases[r.phase] = phases.get(r.phase, 0) + 1
     hb = heartbeat_age(cfg.daemon.heartbeat_file, now)
+    # the running daemon's own values where it recorded them; the file given here may have been edited
+    running = _json_meta(store, "running_config") or {}
+    differs = _config_differences(cfg, running)
+    d_run = running.get("daemon") or {}
+    interval = float(d_run.get("interval_s", cfg.daemon.interval_s))
+    failopen_after = float(d_run.get("failopen_after_s", cfg.daemon.failopen_after_s))
+    p_run = {**{k: getattr(cfg.profiler, k) for k in ("tprof_s", "nprof_gpus", "enabled")},
+             **{k: v for k, v in (running.get("profiler") or {}).items() if k in ("tprof_s", "nprof_gpus", "enabled")}}
     last_ok = store.get_meta("last_ok_cycle")
     dry = store.get_meta("dry_run") == "1"
     stopped_at = _float(store.get_meta("stopped_at"))
     # healthy: a recent successful reconcile, never older than what makes lucidd-failopen act, and
     # no orderly stop since
-    window = min(max(3 * cfg.daemon.interval_s, 30), cfg.daemon.failopen_after_s)
+    window = min(max(3 * interval, 30), failopen_after)
     stopped = stopped_at is not None and (last_ok is None or stopped_at >= float(last_ok))
     healthy = last_ok is not None and now - float(last_ok) <= window and not stopped
     errors = [{"at": c.started_at, "error": c.error} for c in cycles if not c.ok][:5]
@@ -74,6 +91,8 @@ def status_data(cfg, store, now=None) -> dict:
         "started_at": _float(store.get_meta("started_at")),
         "stopped_at": stopped_at if stopped else None,
         "config": cfg.path,
+        "daemon_config": store.get_meta("config_path") or None,
+        "config_differs": differs,
         "database": _redact(cfg.database.url),
         "last_cycle": None if last is None else {
             "at": last.started_at, "age_s": _age(last.started_at, now), "ok": last.ok, "seconds": round(last.seconds, 4),
@@ -83,10 +102,9 @@ def status_data(cfg, store, now=None) -> dict:
         "cycle_seconds_p50": round(statistics.median([c.seconds for c in ok]), 4) if ok else None,
         "cycle_seconds_max": round(max(c.seconds for c in ok), 4) if ok else None,
         "heartbeat_age_s": None if hb is None else round(hb, 1),
-        "failopen_after_s": cfg.daemon.failopen_after_s,
+        "failopen_after_s": failopen_after,
         "jobs_by_phase": phases,
-        "profiling": {"tprof_s": cfg.profiler.tprof_s, "nprof_gpus": cfg.profiler.nprof_gpus,
-                      "enabled": cfg.profiler.enabled},
+        "profiling": p_run,
         "recent_errors": errors,
         "last_database_outage": _json_meta(store, "last_database_outage"),
         "jobs_needing_attention": _needing_attention(jobs),
@@ -99,6 +117,18 @@ def status_data(cfg, store, now=None) -> dict:
                    for m in store.model_versions(5)],
         "gpu_samplers": _samplers(store, now),
     }
+
+
+def _config_differences(cfg, running: dict) -> list:
+    """`section.key` of every value the file given here has and the running daemon does not (it was
+    edited since lucidd started, or is another file): restart lucidd to apply them."""
+    from .daemon import running_config
+
+    if not running:
+        return []
+    mine = running_config(cfg)
+    return sorted(f"{sec}.{k}" for sec, vals in mine.items() for k, v in vals.items()
+                  if sec in running and k in running[sec] and json.loads(json.dumps(v, default=str)) != running[sec][k])
 
 
 def _json_meta(store, key):
@@ -307,6 +337,12 @@ def cmd_live(args) -> int:
             state = "NOT healthy (no recent successful reconcile)"
         print(f"lucidd {d['version'] or '?'}: {state}{' [dry-run]' if d['dry_run'] else ''}")
         print(f"  config {d['config']}, database {d['database']}")
+        if d["daemon_config"] and d["daemon_config"] != d["config"]:
+            print(f"  the daemon runs with {d['daemon_config']}")
+        if d["config_differs"]:
+            print(f"  the daemon runs with other values than this file for {', '.join(d['config_differs'][:8])}"
+                  f"{' ...' if len(d['config_differs']) > 8 else ''}: restart lucidd to apply the file's (figures "
+                  "below are the daemon's)")
         if lc:
             print(f"  last reconcile {lc['age_s']} s ago: {'ok' if lc['ok'] else 'FAILED ' + lc['error']}, "
                   f"{lc['seconds'] * 1000:.0f} ms wall, {lc['cpu_seconds'] * 1000:.0f} ms CPU, {lc['jobs']} jobs, "

@@ -93,6 +93,9 @@ class Daemon:
         self.store.set_meta("dry_run", "1" if self.dry_run else "0")
         self.store.set_meta("version", __version__)
         self.store.set_meta("config_path", self.cfg.path or "")
+        # what this lucidd runs with: `lucidctl status` read the file it was given, which an admin may
+        # have edited since (an admin trial: status said Tprof 60 while the daemon ran with 20)
+        self.store.set_meta("running_config", json.dumps(running_config(self.cfg), default=str))
         log.info("lucidd %s started%s: database %s, backend %s, every %gs", __version__,
                  " in dry-run (shadow) mode" if self.dry_run else "", _redact(self.cfg.database.url),
                  self.backend.name, self.cfg.daemon.interval_s)
@@ -306,6 +309,14 @@ class Daemon:
             end = time.monotonic() + max(0.0, left)
             while not self.stop_requested and time.monotonic() < end:
                 time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+
+
+def running_config(cfg) -> dict:
+    """A config's values as lucidd records them at start (the database URL left out: status shows it
+    with its password hidden)."""
+    d = cfg.as_dict()
+    d.get("database", {}).pop("url", None)
+    return d
 
 
 def _redact(url):

@@ -127,3 +127,42 @@ def test_a_second_lucidd_on_the_same_database_is_refused_until_the_first_stops(t
     second = _daemon(tmp_path, slurm, clock)
     second.start()
     second.stop("lucidd stopped")
+
+
+def test_status_shows_the_running_daemons_values_and_what_the_file_changed(tmp_path):
+    """`lucidctl status --config edited.toml` printed the edited file's Tprof as the daemon's, and
+    judged health with its interval (an admin trial)."""
+    from lucidd.admin_cli import status_data
+    from lucidd.live.config import config_from_dict
+    from lucidd.live.store import Store
+
+    from .memslurm import Clock, MemSlurm
+
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    d = _daemon(tmp_path, slurm, clock)
+    d.start()
+    edited = config_from_dict({"daemon": {"state_dir": str(tmp_path / "state"), "interval_s": 10},
+                               "models": {"dir": str(tmp_path / "models")}, "profiler": {"tprof_s": 60}})
+    st = status_data(edited, Store(edited.database.url), now=clock.t)
+    assert st["profiling"]["tprof_s"] == d.cfg.profiler.tprof_s != 60
+    assert st["config_differs"] == ["profiler.tprof_s"]
+    same = status_data(d.cfg, Store(d.cfg.database.url), now=clock.t)
+    assert same["config_differs"] == []
+
+
+def test_status_with_the_database_down_still_says_how_old_the_heartbeat_is(tmp_path, capsys):
+    import os
+
+    from lucidd.cli import main
+
+    cfg = tmp_path / "lucidd.toml"
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "heartbeat").write_text("")
+    cfg.write_text(f'[daemon]\nstate_dir = "{state}"\n[database]\n'
+                   'url = "postgresql+psycopg://nobody@127.0.0.1:9/none"\n')
+    os.utime(state / "heartbeat", None)
+    assert main(["status", "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "heartbeat here is" in err and "fail-open after" in err, err
