@@ -257,6 +257,11 @@ def explain_data(cfg, store, job_id) -> dict:
                                         f"run {_ts(r.profile_start)}"))
     if r.start_time and r.start_time != r.profile_start:
         events.append((r.start_time, f"started {_ts(r.start_time)} in {r.partition_ran or r.target_partition}"))
+    if r.released_at and not any(a.kind == "release" and a.status in ("applied", "dry-run") for a in actions):
+        # given back by lucidd-failopen, lucidd's stop or its owner, not by a cycle's action: only
+        # --json said so (an admin trial)
+        events.append((r.released_at, f"{_ts(r.released_at)} released outside lucidd's cycles: "
+                                      f"{r.profile_reason}"))
     story += [text for _, text in sorted(events, key=lambda e: e[0])]
     sfs = [a for a in actions if a.kind == "sitefactor" and a.status == "applied"]
     if sfs:

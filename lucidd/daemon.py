@@ -29,12 +29,21 @@ from .errors import ConfigError, LucidError
 log = logging.getLogger("lucidd")
 
 
+class _ZonedFormatter(logging.Formatter):
+    """Times with their UTC offset (2026-11-28 00:10:47,851+0000), so that lines line up with
+    another host's log (an admin trial could not without guessing)."""
+
+    def formatTime(self, record, datefmt=None):
+        ct = self.converter(record.created)
+        return time.strftime("%Y-%m-%d %H:%M:%S", ct) + f",{int(record.msecs):03d}" + time.strftime("%z", ct)
+
+
 def _setup_logging(level: str):
     handler = logging.StreamHandler(sys.stderr)  # journald takes stderr; one line per event
     # journald stamps each line itself (systemd sets JOURNAL_STREAM for a unit's stderr); run by
     # hand or under another supervisor, a line needs its own time (an admin trial had none)
     stamp = "" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s "
-    handler.setFormatter(logging.Formatter(stamp + "%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_ZonedFormatter(stamp + "%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper(), logging.INFO))

@@ -126,6 +126,10 @@ def test_an_orderly_stop_records_the_jobs_it_released(tmp_path, caplog):
     assert [(rows[j].phase, rows[j].profile) for j in (1, 2, 3)] == [
         ("released", "released"), ("released", "skipped"), ("released", "skipped")]
     assert all("by lucidd's stop (lucidd stopped)" in rows[j].profile_reason for j in (1, 2, 3))
+    from lucidd.admin_cli import explain_data
+
+    story = " | ".join(explain_data(cfg, d.store, 3)["story"])
+    assert "released outside lucidd's cycles: not profiled: released to main by lucidd's stop" in story, story
     caplog.clear()
     again = Daemon(cfg, backend=slurm, clock=clock)
     again.start()
