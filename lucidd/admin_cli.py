@@ -342,12 +342,13 @@ def cmd_live(args) -> int:
             state = "NOT healthy (no recent successful reconcile)"
         print(f"lucidd {d['version'] or '?'}: {state}{' [dry-run]' if d['dry_run'] else ''}")
         print(f"  config {d['config']}, database {d['database']}")
+        runs = "ran" if d["stopped_at"] is not None else "runs"
         if d["daemon_config"] and d["daemon_config"] != d["config"]:
-            print(f"  the daemon runs with {d['daemon_config']}")
+            print(f"  the daemon {runs} with {d['daemon_config']}")
         if d["config_differs"]:
-            print(f"  the daemon runs with other values than this file for {', '.join(d['config_differs'][:8])}"
-                  f"{' ...' if len(d['config_differs']) > 8 else ''}: restart lucidd to apply the file's (figures "
-                  "below are the daemon's)")
+            print(f"  the daemon {runs} with other values than this file for {', '.join(d['config_differs'][:8])}"
+                  f"{' ...' if len(d['config_differs']) > 8 else ''}"
+                  + (": restart lucidd to apply the file's (figures below are the daemon's)" if runs == "runs" else ""))
         if lc:
             print(f"  last reconcile {lc['age_s']} s ago: {'ok' if lc['ok'] else 'FAILED ' + lc['error']}, "
                   f"{lc['seconds'] * 1000:.0f} ms wall, {lc['cpu_seconds'] * 1000:.0f} ms CPU, {lc['jobs']} jobs, "

@@ -9,7 +9,9 @@ every decision is recorded but none is sent to Slurm. `--once --dry-run` is a ch
 its decisions logged, nothing written to Slurm, lucidd's database, the heartbeat or the models.
 
 Exit codes: 0 done (orderly stop or --once ok), 1 a --once cycle failed, 2 bad config or
-command line (one line naming the key), 3 cannot start (no Slurm, database unreachable at start).
+command line (one line naming the key; also a partition Slurm lacks, a heartbeat that cannot be
+written, Slurm refusing lucidd's moves), 3 cannot start or go on (no Slurm, database unreachable at
+start, another lucidd on the database).
 `lucidd-failopen` is the separate guard a systemd timer runs (docs/deploy.md).
 """
 
@@ -27,6 +29,16 @@ from . import __version__
 from .errors import ConfigError, LucidError
 
 log = logging.getLogger("lucidd")
+
+
+class InstanceLockLost(LucidError):
+    """Another lucidd took the database's instance lock while this one had lost it (a database
+    restart ends the session that held it): this one stops, and gives nothing back (the other runs)."""
+
+
+class HeartbeatUnwritable(LucidError):
+    """The heartbeat could not be written three cycles running: lucidd stops in order (the inbox
+    opens) rather than race lucidd-failopen, which opens the inbox whenever it looks."""
 
 
 class _ZonedFormatter(logging.Formatter):
@@ -77,6 +89,8 @@ class Daemon:
         self.db_error = ""
         self.history_loaded = False
         self.inbox_opened = False
+        self.lock_lost = False  # another lucidd holds the database: stop without giving anything back
+        self.heartbeat_failures = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self):
@@ -214,6 +228,14 @@ class Daemon:
                     {"from": round(self.db_down_since, 3), "to": round(now, 3),
                      "seconds": round(now - self.db_down_since, 1), "error": self.db_error[:300]}))
                 self.db_down_since = None
+            if not self.check and not self.store.instance_lock_alive():
+                self.store.release_instance_lock()
+                if not self.store.hold_instance_lock():
+                    self.lock_lost = True
+                    raise InstanceLockLost(
+                        f"another lucidd took {_redact(self.cfg.database.url)} while this one's lock was lost (a "
+                        "database restart ends it): this one stops and leaves the jobs to it")
+                log.warning("the database's instance lock was lost (a database restart?) and is held again")
             if not self.history_loaded and not self.check:
                 # the decider's history (estimates) before the first cycle orders anything, not after:
                 # else every job ordered in a start's first cycle gets the constant and a second value
@@ -235,10 +257,16 @@ class Daemon:
                 if not self.dry_run:
                     try:
                         touch_heartbeat(self.cfg.daemon.heartbeat_file)
+                        self.heartbeat_failures = 0
                     except OSError as exc:
-                        # lucidd-failopen opens the inbox; the next cycle closes it again: said, not fatal
-                        log.error("heartbeat %s not written (%s): lucidd-failopen will open the inbox",
-                                  self.cfg.daemon.heartbeat_file, exc)
+                        # lucidd-failopen would open the inbox and the next cycle close it, over and
+                        # over: after three, lucidd stops in order instead (exit 2: not restarted)
+                        self.heartbeat_failures += 1
+                        log.error("heartbeat %s not written (%s)", self.cfg.daemon.heartbeat_file, exc)
+                        if self.heartbeat_failures >= 3:
+                            raise HeartbeatUnwritable(
+                                f"[daemon] heartbeat_file {self.cfg.daemon.heartbeat_file}: not written three cycles "
+                                f"running ({exc.strerror or exc}); lucidd stops and opens the inbox") from None
                 msg = self._model_upkeep(read_history=True)
                 if msg:
                     log.info("%s", msg)
@@ -280,6 +308,8 @@ class Daemon:
         from .live.store import StoreError
 
         self.notifier.stopping(reason)
+        if self.lock_lost:  # another lucidd runs on this database: its jobs, its inbox
+            return
         try:
             self.store.set_meta("stopped_at", f"{self.clock():.3f}")  # `lucidctl status` says STOPPED
         except StoreError as exc:
@@ -374,9 +404,12 @@ def main(argv=None) -> int:
     if args.once:
         try:
             ok = daemon.run_once()
-        except SlurmDeniesLucidd as exc:
+        except (SlurmDeniesLucidd, HeartbeatUnwritable) as exc:
             print(f"lucidd: {exc}", file=sys.stderr)
             return 2
+        except InstanceLockLost as exc:
+            print(f"lucidd: {exc}", file=sys.stderr)
+            return 3
         return 0 if ok else 1
 
     def on_signal(signum, _frame):
@@ -392,9 +425,16 @@ def main(argv=None) -> int:
         # (exit 2: systemd does not restart it, RestartPreventExitStatus)
         log.error("%s; lucidd stops and opens the inbox", exc)
         return 2
+    except HeartbeatUnwritable as exc:
+        log.error("%s", exc)
+        return 2
+    except InstanceLockLost as exc:
+        log.error("%s", exc)
+        return 3
     finally:
         daemon.stop("lucidd stopped")
-        log.info("lucidd stopped; %s", "a dry run held no job" if daemon.dry_run else
+        log.info("lucidd stopped; %s", "another lucidd holds its database: it gave nothing back" if daemon.lock_lost
+                 else "a dry run held no job" if daemon.dry_run else
                  "jobs it held were given back to Slurm (where Slurm let it; the inbox is open)")
     return 0
 

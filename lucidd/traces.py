@@ -397,9 +397,20 @@ def _fields_of_cut_last_line(path: pathlib.Path, n_columns: int) -> int | None:
         return None
     if not tail or tail.endswith((b"\n", b"\r")):
         return None
-    line = tail.rsplit(b"\n", 1)[-1].decode("utf-8", "replace")
+    # The last record starts at the line end before it whose text after it has balanced quotes: a
+    # quoted field may hold line breaks (job names from sacct), so the last line alone may be the
+    # end of a longer record (a review). Unbalanced within the tail: cannot tell, not flagged.
+    lines = tail.decode("utf-8", "replace").split("\n")
+    record = None
+    for k in range(len(lines) - 1, 0 if size > len(tail) else -1, -1):
+        text = "\n".join(lines[k:])
+        if text.count('"') % 2 == 0:
+            record = text
+            break
+    if record is None:
+        return None
     try:
-        rec = next(csv.reader([line]), [])
+        rec = next(csv.reader(io.StringIO(record)), [])
     except csv.Error:
         return None
     return len(rec) if 0 < len(rec) < n_columns else None

@@ -79,8 +79,9 @@ class SlurmRunner:
                                f"[slurm] bin_dir)", transient=False)
         return path
 
-    def run(self, argv: list[str], timeout_s: float | None = None) -> str:
-        """Run one Slurm command; return its stdout. Raises SlurmCommandError on failure."""
+    def run(self, argv: list[str], timeout_s: float | None = None, env: dict | None = None) -> str:
+        """Run one Slurm command; return its stdout. Raises SlurmCommandError on failure. `env`: more
+        environment for this call (e.g. SLURM_TIME_FORMAT)."""
         if not argv or not all(isinstance(a, str) for a in argv):
             raise ValueError("argv must be a non-empty list of strings")
         command = argv[0]
@@ -88,8 +89,9 @@ class SlurmRunner:
         self.calls[command] += 1
         t0 = time.perf_counter()
         try:
+            call_env = self.env if not env else {**(self.env if self.env is not None else os.environ), **env}
             proc = subprocess.run(full, capture_output=True, text=True, errors="replace",
-                                  timeout=timeout_s or self.timeout_s, env=self.env, stdin=subprocess.DEVNULL)
+                                  timeout=timeout_s or self.timeout_s, env=call_env, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             self.failures[command] += 1
             raise SlurmCommandError(argv, None, f"timed out after {timeout_s or self.timeout_s:g} s", True) from None
@@ -398,10 +400,14 @@ class SlurmBackend(Backend):
         return set(parse_partitions(self.runner.run(["scontrol", "-o", "show", "partition"]), {}))
 
     def controller_boot_time(self) -> int | None:
-        for line in self.runner.run(["scontrol", "show", "config"]).splitlines():
+        # Unix seconds, whatever the admin's SLURM_TIME_FORMAT and the time zone (local text is
+        # ambiguous in the hour a DST change repeats, and unreadable in a custom format)
+        out = self.runner.run(["scontrol", "show", "config"], env={"SLURM_TIME_FORMAT": "%s"})
+        for line in out.splitlines():
             name, _, value = line.partition("=")
             if name.strip() == "BOOT_TIME":
-                return _local_time(value.strip())
+                value = value.strip()
+                return int(value) if value.isdigit() else _local_time(value)
         return None
 
     def finished_jobs(self, since: int, until: int | None = None) -> list[dict]:

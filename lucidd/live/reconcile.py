@@ -155,6 +155,7 @@ def _not_answering(node) -> bool:
 # requeues wait until slurmctld has been up this long (twice slurmstepd's 15 s retry of a job's
 # completion message, and a margin): see Reconciler._controller_settling
 CONTROLLER_SETTLE_S = 45
+HISTORY_CURSOR_KEY = "history_read_to"  # meta: where the sacct reads have got to (Unix seconds)
 HISTORY_OVERLAP_S = 3600  # each read starts this much before the last one ended: slurmdbd may record late
 HISTORY_FIRST_SPAN_S = 86400  # a backlog's first window
 HISTORY_MIN_SPAN_S = 3600
@@ -193,6 +194,8 @@ class Reconciler:
         self._warned_shadow_inbox = -10 ** 12  # when a dry run last said its inbox holds jobs for nobody
         self._held_back = {}  # job id -> the silent nodes its requeue waits for (logged once per set)
         self._settle_logged = None  # the slurmctld start time the requeue hold was logged for
+        self._boot_read = None  # (monotonic, slurmctld start time) of the last read
+        self._warned_no_boot = False
         self.warns_of_shadow_inbox = True  # False for a check (`--once --dry-run`), beside a live lucidd
         self._warned_no_profiling = False  # a shadow said once that Slurm has no profiling partition
         self._profiles_on = frozenset()  # the profiling partition's nodes, as of this cycle
@@ -739,13 +742,26 @@ class Reconciler:
         """True while slurmctld has been up for less than CONTROLLER_SETTLE_S: a job whose run ended
         while it was down shows RUNNING until the node's completion message arrives (slurmstepd
         retries it every 15 s), and a requeue then runs the finished job again (an admin trial: 5 of
-        5 jobs). Requeues wait; so they do when the boot time cannot be read."""
-        try:
-            boot = self.backend.controller_boot_time()
-        except BackendError as exc:
-            log.warning("requeues held back this cycle: slurmctld's start time could not be read (%s)", exc)
-            return True
-        if boot is None or self.clock() - boot >= CONTROLLER_SETTLE_S:
+        5 jobs). Requeues wait; so they do when slurmctld cannot be asked. An unknown start time
+        (no BOOT_TIME) holds nothing, said once. The start time is read once for the requeues of a
+        cycle (again if it took over 2 s: the re-check right before each requeue)."""
+        mono = self.monotonic()
+        if self._boot_read is not None and mono - self._boot_read[0] < 2.0:
+            boot = self._boot_read[1]  # read a moment ago (this cycle's requeues share one read)
+        else:
+            try:
+                boot = self.backend.controller_boot_time()
+            except BackendError as exc:
+                log.warning("requeues held back this cycle: slurmctld's start time could not be read (%s)", exc)
+                return True
+            self._boot_read = (mono, boot)
+        if boot is None:
+            if not self._warned_no_boot:
+                self._warned_no_boot = True
+                log.warning("slurmctld's start time (scontrol show config: BOOT_TIME) is unknown: requeues are not "
+                            "held after a slurmctld restart (docs/deploy.md)")
+            return False
+        if self.clock() - boot >= CONTROLLER_SETTLE_S:
             return False
         if self._settle_logged != boot:
             self._settle_logged = boot
@@ -944,8 +960,11 @@ class Reconciler:
         past the command's timeout (~6 KB of JSON a job), and its loss was never retried."""
         days = self.cfg.models.history_days * 86400
         if self.history_from is None:
-            # from the newest job already stored, not the whole window again (minutes to merge)
-            self.history_from = max(now - days, self.store.history_fingerprint()[1])
+            # from where the last read got to (saved: a window also brings jobs that ended long after
+            # it, so the newest stored end can be weeks past it mid-backlog); else from the newest job
+            # stored, not the whole window again (minutes to merge)
+            saved = self.store.get_meta(HISTORY_CURSOR_KEY)
+            self.history_from = max(now - days, int(float(saved)) if saved else self.store.history_fingerprint()[1])
         self.history_from = max(self.history_from, now - days)
         # a backlog is read at every cycle, unless the last read failed (then at the usual pace)
         backlog = (now - self.history_from > self.cfg.daemon.history_interval_s + HISTORY_OVERLAP_S
@@ -966,7 +985,7 @@ class Reconciler:
                         "tried again from %s", exc, time.strftime("%Y-%m-%d %H:%M", time.localtime(self.history_from)))
             return 0
         self.history_failed = False
-        self.history_from = now if until is None else until
+        read_to = now if until is None else until
         if until is not None:
             if len(rows) < HISTORY_ROWS_WANTED // 4:
                 self.history_span = min(days, self.history_span * 4)
@@ -991,6 +1010,9 @@ class Reconciler:
         if out:
             self.store.add_history(out)
             self.store.prune_history(now - self.cfg.models.history_days * 86400)
+        # the cursor moves once the rows are stored (a database error above re-reads the window)
+        self.history_from = read_to
+        self.store.set_meta(HISTORY_CURSOR_KEY, str(read_to))
         return len(out)
 
     def record_released(self, released: list, now: int, why: str) -> int:

@@ -301,7 +301,7 @@ class Store:
             except OSError:
                 f.close()
                 return False
-            self._instance_lock = f
+            self._instance_lock, self._lock_kind = f, "file"
             return True
         if self.url.startswith("postgresql"):
             with self._guard("lock"):
@@ -313,8 +313,26 @@ class Store:
             if not got:
                 conn.close()
                 return False
-            self._instance_lock = conn
+            self._instance_lock, self._lock_kind = conn, "session"
             return True
+        return True
+
+    def instance_lock_alive(self) -> bool:
+        """Whether the lock hold_instance_lock took is still held: a PostgreSQL restart (or a cut
+        connection) ends the session and its lock, while lucidd's pool reconnects unnoticed (a
+        review). True where nothing was ever guarded."""
+        kind = getattr(self, "_lock_kind", None)
+        lock = getattr(self, "_instance_lock", None)
+        if kind is None:
+            return True
+        if lock is None:
+            return False
+        if kind == "session":
+            try:
+                lock.exec_driver_sql("SELECT 1")
+                lock.commit()
+            except Exception:  # noqa: BLE001 - any failure: the session, and the lock, may be gone
+                return False
         return True
 
     def release_instance_lock(self):

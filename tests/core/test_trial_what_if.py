@@ -108,3 +108,10 @@ def test_an_empty_vc_config_and_limits_no_kill_grace_explains_are_said_plainly(t
     p.write_text(HEAD.rstrip("\n") + ",time_limit\n" + "\n".join(f"{r},60" for r in rows(5)) + "\n")
     text = load_trace(p).report()
     assert "ran more than twice theirs" in text and "is time_limit in seconds?" in text
+
+
+def test_a_complete_last_row_with_a_quoted_line_break_is_not_a_cut_row(tmp_path):
+    """The cut-row check took the last physical line for the last record (a review)."""
+    p = tmp_path / "t.csv"
+    p.write_text('job_id,name,submit_time,duration,gpu_num,vc\n1,x,0,10,1,a\n2,"multi\nline",5,10,1,a')
+    assert list(load_trace(p, "csv").jobs["job_id"]) == ["1", "2"]

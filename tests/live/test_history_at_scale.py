@@ -159,3 +159,47 @@ def test_records_of_runs_that_never_happened_are_not_history(tmp_path):
     rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
     assert rec.read_history(now) == 2
     assert sorted((r.job_id, r.duration) for r in store.history(0)) == [(3, 0), (4, 240)]
+
+
+# A review's test (28 November 2026): the cursor is saved, not taken from the newest stored end
+DAY = 86400
+
+
+def _sacct_job(job_id, submit, start, end):
+    return {"job_id": job_id, "name": "n", "user": "u", "account": "", "partition": "main", "state": "COMPLETED",
+            "gpus": 1, "submit_time": submit, "start_time": start, "end_time": end, "nodes": "gpu1"}
+
+
+def test_a_restart_mid_backlog_does_not_skip_the_jobs_between_the_window_read_and_the_newest_end(tmp_path):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models"), "history_days": 60}})
+    clock = Clock()
+    now = int(clock.t)
+    start = now - 60 * DAY
+    # one 7-day job running across the first backlog window, and 3,000 short jobs that ended after
+    # that window but before the long job's end
+    jobs = [_sacct_job(1, start + 12 * 3600, start + 12 * 3600, start + 7 * DAY + 12 * 3600)]
+    jobs += [_sacct_job(100 + k, start + 2 * DAY + k * 100, start + 2 * DAY + k * 100, start + 2 * DAY + k * 100 + 600)
+             for k in range(3000)]
+
+    def sacct(since, until=None):  # Slurm's semantics: eligible before the window's end, ended after its start
+        hi = until if until is not None else clock.t
+        return [dict(j) for j in jobs if j["submit_time"] < hi and j["end_time"] >= since]
+
+    slurm = MemSlurm(clock)
+    slurm.finished_jobs = sacct
+    store = Store(cfg.database.url).create()
+
+    def lucidd():
+        return Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
+
+    rec = lucidd()
+    rec.read_history(now)  # the first backlog window: one day
+    assert rec.history_from == start + DAY
+    # lucidd is restarted here (an admin edits its config after the first minutes, say)
+    rec = lucidd()
+    for k in range(1, 30):
+        rec.read_history(now + 10 * k)
+    have = {r.job_id for r in store.history(0)}
+    missing = [j["job_id"] for j in jobs if j["job_id"] not in have]
+    assert not missing, f"{len(missing)} finished job(s) never read into the history after the restart"

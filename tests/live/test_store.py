@@ -362,3 +362,21 @@ def test_one_lucidd_per_database_holds_the_instance_lock(store):
         other.release_instance_lock()
         store.release_instance_lock()
         other.engine.dispose()
+
+
+def test_a_lock_whose_session_ended_is_seen_as_lost_and_taken_again(store):
+    """A PostgreSQL restart ends the session that held the advisory lock while the pool reconnects
+    unnoticed (a review): instance_lock_alive says so, and the lock can be taken again."""
+    from sqlalchemy import text
+
+    assert store.hold_instance_lock() and store.instance_lock_alive()
+    if store.url.startswith("postgresql"):
+        pid = store._instance_lock.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+        store._instance_lock.commit()
+        with store.engine.connect() as c:
+            c.execute(text(f"SELECT pg_terminate_backend({int(pid)})"))
+            c.commit()
+        assert not store.instance_lock_alive()
+        store.release_instance_lock()
+        assert store.hold_instance_lock() and store.instance_lock_alive()
+    store.release_instance_lock()

@@ -166,3 +166,83 @@ def test_status_with_the_database_down_still_says_how_old_the_heartbeat_is(tmp_p
     assert main(["status", "--config", str(cfg)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "heartbeat here is" in err and "fail-open after" in err, err
+
+
+def test_slurmctlds_start_is_read_as_unix_seconds_whatever_the_time_format():
+    """Read as local text it was an hour off in the hour a DST change repeats, and unreadable under
+    an admin's SLURM_TIME_FORMAT, which turned the restart hold off without a word (a review)."""
+    from lucidd.backends.slurm import SlurmBackend
+
+    class Runner:
+        def run(self, argv, timeout_s=None, env=None):
+            self.env = env
+            assert argv == ["scontrol", "show", "config"]
+            return "Configuration data as of 1795827598\nBOOT_TIME               = 1795827598\nClusterName = t\n"
+
+    runner = Runner()
+    assert SlurmBackend(runner).controller_boot_time() == 1795827598 and runner.env == {"SLURM_TIME_FORMAT": "%s"}
+
+
+def test_the_requeues_of_one_cycle_share_one_read_of_slurmctlds_start(cluster):
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    reads = []
+    slurm.controller_boot_time = lambda: reads.append(1) or None
+    rec = lucidd()
+    for jid in (11, 12, 13, 14):
+        slurm.submit(jid, partition="main", gpus=1)
+    run_cycles(rec, clock, 10)
+    for jid in (11, 12, 13, 14):
+        slurm.start(jid)
+    run_cycles(rec, clock, 600)
+    assert len([c for c in slurm.calls if c[0] == "requeue"]) == 4 and len(reads) == 1
+
+
+def test_three_heartbeats_not_written_stop_lucidd_in_order(tmp_path, monkeypatch):
+    """Logged and survived, one failed write made lucidd-failopen open the inbox and the next cycle
+    close it, over and over (a review): after three, lucidd stops (exit 2, the inbox opens)."""
+    import pytest
+
+    from lucidd.daemon import HeartbeatUnwritable
+    from lucidd.live import reconcile
+
+    from .memslurm import Clock, MemSlurm
+
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    d = _daemon(tmp_path, slurm, clock)
+    d.start()
+
+    def full(path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(reconcile, "touch_heartbeat", full)
+    for _ in range(2):
+        clock.t += 10
+        d.run_once()
+    clock.t += 10
+    with pytest.raises(HeartbeatUnwritable, match="three cycles running"):
+        d.run_once()
+    d.stop("lucidd stopped")
+    assert slurm.inbox_up
+
+
+def test_a_lost_instance_lock_taken_by_another_lucidd_stops_this_one_giving_nothing_back(tmp_path, monkeypatch):
+    import pytest
+
+    from lucidd.daemon import InstanceLockLost
+
+    from .memslurm import Clock, MemSlurm
+
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    d = _daemon(tmp_path, slurm, clock)
+    d.start()
+    slurm.submit(5, partition="main")
+    monkeypatch.setattr(d.store, "instance_lock_alive", lambda: False)  # its database restarted...
+    monkeypatch.setattr(d.store, "hold_instance_lock", lambda: False)  # ... and another lucidd took it
+    clock.t += 10
+    with pytest.raises(InstanceLockLost, match="another lucidd took"):
+        d.run_once()
+    calls = list(slurm.calls)
+    d.stop("lucidd stopped")
+    assert slurm.calls == calls and not slurm.inbox_up  # the other lucidd's inbox and jobs: untouched
