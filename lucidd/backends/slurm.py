@@ -383,7 +383,7 @@ class SlurmBackend(Backend):
         # text, not --json: 22.05's squeue --json ignores -j and lists every job
         try:
             out = self.runner.run(["squeue", "-h", "-t", "all", "-j", ids, "-O",
-                                   "JobID:|,State:|,StartTime:|,RestartCnt:|"])
+                                   "JobID:|,State:|,StartTime:|,RestartCnt:|"], env={"SLURM_TIME_FORMAT": "%s"})
         except SlurmCommandError as exc:
             if "invalid job id" in str(exc).lower():
                 return {}  # none of them is known any more (each ended and was purged)
@@ -393,7 +393,8 @@ class SlurmBackend(Backend):
             parts = [p.strip() for p in line.split("|")]
             if len(parts) < 4 or not parts[0].isdigit():
                 continue
-            states[int(parts[0])] = (parts[1], _local_time(parts[2]), int(parts[3]) if parts[3].isdigit() else 0)
+            start = int(parts[2]) if parts[2].isdigit() else _local_time(parts[2])
+            states[int(parts[0])] = (parts[1], start, int(parts[3]) if parts[3].isdigit() else 0)
         return states
 
     def partition_names(self) -> set:

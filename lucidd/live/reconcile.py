@@ -151,10 +151,10 @@ def _not_answering(node) -> bool:
     return "not_responding" in words or words[0].rstrip("*") == "down"
 
 
-# sacct reads of the finished-job history (Reconciler.read_history)
 # requeues wait until slurmctld has been up this long (twice slurmstepd's 15 s retry of a job's
 # completion message, and a margin): see Reconciler._controller_settling
 CONTROLLER_SETTLE_S = 45
+# sacct reads of the finished-job history (Reconciler.read_history)
 HISTORY_CURSOR_KEY = "history_read_to"  # meta: where the sacct reads have got to (Unix seconds)
 HISTORY_OVERLAP_S = 3600  # each read starts this much before the last one ended: slurmdbd may record late
 HISTORY_FIRST_SPAN_S = 86400  # a backlog's first window

@@ -287,7 +287,8 @@ class Store:
         holds it: two live lucidd on one database acted on the same jobs, overwrote each other's
         records, and one's stop gave the other's inbox away (an admin trial). SQLite: a lock on a
         file beside the database; PostgreSQL: a session advisory lock on a connection kept open
-        (a database restart drops it; it guards starts). Other databases: not guarded."""
+        (a database restart ends it: the daemon checks it each cycle, instance_lock_alive, and takes
+        it again). Other databases: not guarded."""
         path = sqlite_file(self.url)
         if path is not None:
             import fcntl
@@ -306,10 +307,15 @@ class Store:
         if self.url.startswith("postgresql"):
             with self._guard("lock"):
                 conn = self.engine.connect()
-                # per schema: lucidd setups that share a database in schemas of their own are apart
-                got = bool(conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({_INSTANCE_LOCK_KEY}, "
-                                                "hashtext(current_schema()))").scalar())
-                conn.commit()  # the lock is the session's: no transaction is left open with it
+                try:
+                    # per schema: lucidd setups that share a database in schemas of their own are apart
+                    got = bool(conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({_INSTANCE_LOCK_KEY}, "
+                                                    "hashtext(current_schema()))").scalar())
+                    conn.commit()  # the lock is the session's: no transaction is left open with it
+                except Exception:
+                    conn.invalidate()
+                    conn.close()
+                    raise
             if not got:
                 conn.close()
                 return False
