@@ -155,6 +155,7 @@ def _not_answering(node) -> bool:
 # completion message, and a margin): see Reconciler._controller_settling
 CONTROLLER_SETTLE_S = 45
 # sacct reads of the finished-job history (Reconciler.read_history)
+REQUEUE_COMPLETING_WAIT_S = 10  # open_inbox waits this long for requeues still completing
 HISTORY_CURSOR_KEY = "history_read_to"  # meta: where the sacct reads have got to (Unix seconds)
 HISTORY_OVERLAP_S = 3600  # each read starts this much before the last one ended: slurmdbd may record late
 HISTORY_FIRST_SPAN_S = 86400  # a backlog's first window
@@ -1080,35 +1081,53 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time, released:
             released.extend((jid, target, "inbox") for jid in ids)
         except BackendError as exc:
             lines.append(f"could not release job(s) {ids[:10]} to {target}: {exc}; the open inbox runs them")
-    now = int(clock())
+    prof = s.profiling_partition
+    # A requeued profiling job: pending again with BeginTime; Slurm would restart it in profiling
+    # ~2 min later anyway, in its own partition is better. One whose requeue is still completing (a
+    # stop in the cycle that sent it) is PENDING within a moment: waited for, or it was left in
+    # profiling, where it would start ahead of every queue with nobody to requeue it (an admin trial).
+    requeued = [j for j in snap.jobs if j.partition == prof and j.pending and j.restart_count > 0]
+    completing = {j.job_id for j in snap.jobs if j.partition == prof and j.state in _ENDING_STATES
+                  and j.restart_count > 0}
+    deadline = time.monotonic() + REQUEUE_COMPLETING_WAIT_S
+    while completing and time.monotonic() < deadline:
+        time.sleep(0.5)
+        try:
+            again = backend.snapshot().jobs
+        except BackendError:
+            break
+        requeued += [j for j in again if j.job_id in completing and j.partition == prof and j.pending]
+        completing = {j.job_id for j in again if j.job_id in completing and j.partition == prof
+                      and j.state in _ENDING_STATES}
+    if completing:
+        lines.append(f"requeued job(s) {sorted(completing)[:10]} still completing their requeue after "
+                     f"{REQUEUE_COMPLETING_WAIT_S} s: left in {prof}, where Slurm restarts them")
+    # the same-second trap (Slurm kills a job restarted within its requeue's second): one wait for all
+    latest = max((j.submit_time or 0 for j in requeued), default=0)
+    if clock() < latest + 1:
+        time.sleep(latest + 1.1 - clock())
+    for j in requeued:
+        target = released_to(j.requested_partition, s)
+        try:
+            # a borrowed run's ExcNodeList (lucidd's: jobs with a user's own are never profiled) is
+            # cleared, or its partition's nodes could stay excluded
+            backend.move([j.job_id], target, start_now=True, exclude="" if j.excluded_nodes else None)
+            lines.append(f"released requeued job {j.job_id} from {prof} to {target}")
+            released.append((j.job_id, target, "requeued"))
+        except BackendError as exc:
+            lines.append(f"requeued job {j.job_id} left in {prof} ({exc}); Slurm restarts it there")
     for j in snap.jobs:
-        # a requeued profiling job: pending again with BeginTime; Slurm would restart it in
-        # profiling ~2 min later anyway, in its own partition is better.
-        if j.partition == s.profiling_partition and j.pending and j.restart_count > 0:
-            target = released_to(j.requested_partition, s)
-            if now < (j.submit_time or 0) + 1:  # the same-second trap: Slurm would kill it
-                time.sleep(1.1)
-            try:
-                # a borrowed run's ExcNodeList (lucidd's: jobs with a user's own are never profiled) is
-                # cleared, or its partition's nodes could stay excluded
-                backend.move([j.job_id], target, start_now=True, exclude="" if j.excluded_nodes else None)
-                lines.append(f"released requeued job {j.job_id} from {s.profiling_partition} to {target}")
-                released.append((j.job_id, target, "requeued"))
-            except BackendError as exc:
-                lines.append(f"requeued job {j.job_id} left in {s.profiling_partition} ({exc}); "
-                             "Slurm restarts it there")
-        elif j.partition == s.profiling_partition and j.pending:
+        if j.partition == prof and j.pending and j.restart_count == 0:
             # admitted, not started: left there it would start ahead of every queue (profiling's
             # PriorityTier) and run to its end with nobody to requeue it (an admin trial); it waits
             # in its own partition as it would without lucidd (a borrowed run's ExcNodeList cleared)
             target = released_to(j.requested_partition, s)
             try:
                 backend.move([j.job_id], target, exclude="" if j.excluded_nodes else None)
-                lines.append(f"released job {j.job_id}, admitted to {s.profiling_partition} and not started, "
-                             f"to {target}")
+                lines.append(f"released job {j.job_id}, admitted to {prof} and not started, to {target}")
                 released.append((j.job_id, target, "admitted"))
             except BackendError as exc:
-                lines.append(f"job {j.job_id} left in {s.profiling_partition} ({exc}); it runs there to its end")
+                lines.append(f"job {j.job_id} left in {prof} ({exc}); it runs there to its end")
     inbox = snap.partitions.get(s.inbox_partition)
     if inbox is None and inbox_must_exist:
         for line in lines:

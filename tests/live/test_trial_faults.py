@@ -246,3 +246,29 @@ def test_a_lost_instance_lock_taken_by_another_lucidd_stops_this_one_giving_noth
     calls = list(slurm.calls)
     d.stop("lucidd stopped")
     assert slurm.calls == calls and not slurm.inbox_up  # the other lucidd's inbox and jobs: untouched
+
+
+def test_a_stop_in_the_cycle_that_requeued_a_job_waits_for_the_requeue_and_releases_it(tmp_path):
+    """The stop looked once, saw the job still completing its requeue, and left it in profiling,
+    where Slurm restarts it ahead of every queue with nobody to requeue it (a trial)."""
+    from .memslurm import Clock, MemSlurm
+
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    d = _daemon(tmp_path, slurm, clock)
+    d.start()
+    j = slurm.submit(9, partition="main")
+    j.partition, j.state, j.restart_count = "profiling", "COMPLETING", 1  # requeued a moment ago
+    j.submit_time = int(clock.t) - 5
+    real = slurm.snapshot
+    looks = []
+
+    def snapshot():
+        looks.append(1)
+        if len(looks) == 2:  # PENDING at the stop's second look
+            slurm.jobs[9].state = "PENDING"
+        return real()
+
+    slurm.snapshot = snapshot
+    d.stop("lucidd stopped")
+    assert slurm.jobs[9].partition == "main" and len(looks) >= 2
