@@ -262,7 +262,8 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
         elif ran > limit + grace:
             plan.requeue.append((j.job_id, f"ran {ran} s >= Tprof {limit} s in profiling without ending (by "
                                             f"Slurm's clock; lucidd's last cycle was {away_s:.0f} s ago, so the "
-                                            "clock stepped or an earlier requeue failed)"))
+                                            "clock stepped, an earlier requeue failed, or lucidd held it back "
+                                            "after a slurmctld restart)"))
         elif ran >= limit:
             plan.requeue.append((j.job_id, f"ran {ran} s >= Tprof {limit} s in profiling without ending{kept}"))
     # Inbox: least GPUs first into profiling while capacity lasts; the rest go to their partition.
