@@ -154,8 +154,8 @@ def _not_answering(node) -> bool:
 # requeues wait until slurmctld has been up this long (twice slurmstepd's 15 s retry of a job's
 # completion message, and a margin): see Reconciler._controller_settling
 CONTROLLER_SETTLE_S = 45
-# sacct reads of the finished-job history (Reconciler.read_history)
 REQUEUE_COMPLETING_WAIT_S = 10  # open_inbox waits this long for requeues still completing
+# sacct reads of the finished-job history (Reconciler.read_history)
 HISTORY_CURSOR_KEY = "history_read_to"  # meta: where the sacct reads have got to (Unix seconds)
 HISTORY_OVERLAP_S = 3600  # each read starts this much before the last one ended: slurmdbd may record late
 HISTORY_FIRST_SPAN_S = 86400  # a backlog's first window
