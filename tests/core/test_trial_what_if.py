@@ -4,8 +4,6 @@ milliseconds hung `lucid`), and a file cut off mid-row made a phantom VC."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -62,9 +60,7 @@ def test_the_weekly_refits_are_made_where_jobs_are_not_for_every_empty_week():
     t = np.arange(n) * 3600  # 12 days: two weekly refits before the stray one
     jobs = pd.DataFrame({"job_id": [str(k) for k in range(n)], "submit_time": np.append(t[:-1], 99_999_999_999_999),
                          "duration": 100 + np.arange(n) % 50, "gpu_num": 1, "user": "u", "vc": "v", "name": "x"})
-    started = time.perf_counter()
-    out = rolling_estimates(jobs)
-    assert time.perf_counter() - started < 60
+    out = rolling_estimates(jobs)  # the refit points are the periods with jobs: 2, not 165 million
     assert len(out) == n and [r["version"] for r in out.attrs["refits"]] == [1, 99_999_999_999_999 // 604_800]
 
 
