@@ -136,10 +136,10 @@ def size_cluster_from_trace(jobs: pd.DataFrame, gpus_per_node: int = 8, nodes: i
     for vc, grp in jobs.groupby("vc", sort=True):
         gpu_seconds = float((grp["gpu_num"] * grp["duration"]).sum())
         need = gpu_seconds / (span * target_load)
+        by_load = max(1, math.ceil(need / gpus_per_node))
         largest = math.ceil(int(grp["gpu_num"].max()) / gpus_per_node)
-        n = max(math.ceil(need / gpus_per_node), largest, 1)
-        n = min(n, max(1, math.ceil(int(grp["gpu_num"].sum()) / gpus_per_node)))
-        if n == largest > max(1, math.ceil(need / gpus_per_node)):
+        n = min(max(by_load, largest), max(1, math.ceil(int(grp["gpu_num"].sum()) / gpus_per_node)))
+        if n == largest > by_load:
             by_largest.append(f"{vc} ({n} nodes for a {int(grp['gpu_num'].max())}-GPU job)")
         spec.vcs[str(vc)] = VCSpec(str(vc), n, gpus_per_node)
     # The sizing trusts the first and last submissions: one stray submit time (a 0 for a missing

@@ -151,20 +151,14 @@ class Daemon:
         touch it crashed lucidd (an admin trial: a state folder out of inodes), and systemd's restart
         made that a loop of closing the inbox, acting and opening it. A new file gets an old time:
         it proves nothing until the first cycle."""
-        from .live.reconcile import heartbeat_age
+        from .live.reconcile import touch_heartbeat
 
         if self.dry_run:
             return
         path = self.cfg.daemon.heartbeat_file
         try:
-            new = heartbeat_age(path) is None
-            d = os.path.dirname(path)
-            if d:
-                os.makedirs(d, exist_ok=True)
-            with open(path, "a"):
-                pass
-            if new:
-                os.utime(path, (0, 0))
+            # written with the time it has (a new one: 0), so the check moves no heartbeat
+            touch_heartbeat(path, at=os.stat(path).st_mtime if os.path.exists(path) else 0)
         except OSError as exc:
             raise ConfigError(f"[daemon] heartbeat_file {path}: cannot be written ({exc.strerror or exc}): lucidd-"
                               "failopen would open the inbox behind a running lucidd") from None

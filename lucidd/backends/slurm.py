@@ -124,15 +124,6 @@ class SlurmRunner:
         return data
 
 
-def _local_time(text: str) -> int | None:
-    """Slurm's text time (`2026-11-28T00:47:27`, local time, as squeue and scontrol print it);
-    None for N/A, Unknown or anything else."""
-    try:
-        return int(time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S")))
-    except (ValueError, OverflowError):
-        return None
-
-
 def _empty_result(err) -> bool:
     """sacct's "Nothing found" (a query with no match) is an answer, not a failure."""
     return isinstance(err, dict) and "nothing found" in f"{err.get('description', '')} {err.get('error', '')}".lower()
@@ -393,7 +384,7 @@ class SlurmBackend(Backend):
             parts = [p.strip() for p in line.split("|")]
             if len(parts) < 4 or not parts[0].isdigit():
                 continue
-            start = int(parts[2]) if parts[2].isdigit() else _local_time(parts[2])
+            start = int(parts[2]) if parts[2].isdigit() else None  # N/A: not started
             states[int(parts[0])] = (parts[1], start, int(parts[3]) if parts[3].isdigit() else 0)
         return states
 
@@ -408,7 +399,7 @@ class SlurmBackend(Backend):
             name, _, value = line.partition("=")
             if name.strip() == "BOOT_TIME":
                 value = value.strip()
-                return int(value) if value.isdigit() else _local_time(value)
+                return int(value) if value.isdigit() else None
         return None
 
     def finished_jobs(self, since: int, until: int | None = None) -> list[dict]:

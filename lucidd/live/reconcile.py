@@ -1129,16 +1129,16 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time, released:
             except BackendError as exc:
                 lines.append(f"job {j.job_id} left in {prof} ({exc}); it runs there to its end")
     inbox = snap.partitions.get(s.inbox_partition)
-    if inbox is None and inbox_must_exist:
+    try:
+        if inbox is None and inbox_must_exist:
+            raise ConfigError(f"[slurm] inbox_partition = \"{s.inbox_partition}\": Slurm has no such partition: "
+                              "nothing to open")
+        if inbox is not None and not inbox.up:
+            backend.set_partition_up(s.inbox_partition, True)
+            lines.append(f"partition {s.inbox_partition} set UP: Slurm schedules new jobs without lucidd ({reason})")
+    finally:
         for line in lines:
             log.warning("fail-open: %s", line)
-        raise ConfigError(f"[slurm] inbox_partition = \"{s.inbox_partition}\": Slurm has no such partition: "
-                          "nothing to open")
-    if inbox is not None and not inbox.up:
-        backend.set_partition_up(s.inbox_partition, True)
-        lines.append(f"partition {s.inbox_partition} set UP: Slurm schedules new jobs without lucidd ({reason})")
-    for line in lines:
-        log.warning("fail-open: %s", line)
     return lines
 
 
@@ -1149,10 +1149,11 @@ def heartbeat_age(path: str, now: float | None = None) -> float | None:
         return None
 
 
-def touch_heartbeat(path: str):
+def touch_heartbeat(path: str, at: float | None = None):
+    """Make the heartbeat file and set its time (`at`; None: now)."""
     d = os.path.dirname(path)
     if d:
         os.makedirs(d, exist_ok=True)
     with open(path, "a"):
         pass
-    os.utime(path, None)
+    os.utime(path, None if at is None else (at, at))
