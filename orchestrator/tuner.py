@@ -376,6 +376,12 @@ class Tuner:
                                f"{self.reference_policy}'s, and its excess ({stay_excess:.1%}) is the smallest "
                                f"(the best other, {chosen}: {excess.iloc[i]:.1%})")
                         chosen = stay
+                    elif chosen != stay and not gains and stay_excess == excess.iloc[i]:
+                        why = (f"{param.name}={stay}: kept; no value keeps p99.9 and average queueing within "
+                               f"{self.reference_policy}'s, and the one with the smallest excess, {chosen}, has the "
+                               f"same excess as {stay} ({stay_excess:.1%}) and is not {self.min_gain:.1%} better "
+                               f"on avg JCT ({_jct_words(table, smooth, i)} against {stay_jct:,.0f} s)")
+                        chosen = stay
                     elif chosen != stay and not gains:
                         why = (f"{param.name}={stay}: kept; no value keeps p99.9 and average queueing within "
                                f"{self.reference_policy}'s, and the one with the smallest excess, {chosen} "

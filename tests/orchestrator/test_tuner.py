@@ -301,6 +301,10 @@ def test_choice_rules_on_scripted_replays(scripted):
     assert p.proposed_params["tprof"] == 300 and not p.feasible
     p = scripted({300: bad(1000.0, 149.5), 600: bad(1000.0, 150.0)}, 600, (300, 600))
     assert p.proposed_params["tprof"] == 600 and "does not gain more than" in p.reasons[0]
+    # the same excess, and too little gain on the average: said as a tie, not "50.0% against 50.0%"
+    p = scripted({300: bad(995.0, 150.0), 600: bad(1000.0, 150.0)}, 600, (300, 600))
+    assert p.proposed_params["tprof"] == 600 and "same excess as 600 (50.0%)" in p.reasons[0]
+    assert "against 50.0%" not in p.reasons[0]
     # a current value off the grid that replays best is kept, and the reason says so
     p = scripted({300: ok(1010.0), 600: ok(1020.0), 450: ok(1000.0)}, 450, (300, 600))
     assert p.proposed_params["tprof"] == 450 and "replays better than every other value" in p.reasons[0]
