@@ -1,0 +1,113 @@
+"""`lucidctl --json status | queue | explain job ID` against their documented schema (docs/cli.md).
+
+Others script against these objects (the brief: keep them stable; extend, don't rename). Every key
+the commands print must be documented in its section of docs/cli.md, and every top-level key the
+section names must be printed, so that a key added, renamed or dropped in one place and not the
+other fails here rather than in an admin's script.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+from lucidd.admin_cli import explain_data, queue_data, status_data
+
+from .test_reconcile_recovery import cluster, run_cycles, start_profiling_run  # noqa: F401 (fixture)
+
+CLI_MD = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+
+# Objects keyed by data, not by names: their keys are phases, Slurm commands, scontrol fields.
+DATA_KEYED = {"jobs_by_phase", "slurm_calls", "args"}
+
+
+def _section(start: str) -> str:
+    """The part of docs/cli.md from `start`: its paragraph, and the list that follows when the
+    paragraph ends with a colon."""
+    text = CLI_MD.read_text()
+    i = text.index(start)
+    out = []
+    for block in re.split(r"\n\n", text[i:]):
+        out.append(block)
+        if not block.lstrip().startswith("-") and out[:-1]:
+            break
+        if len(out) == 1 and not block.rstrip().endswith(":"):
+            break
+    return "\n\n".join(out)
+
+
+def _documented(section: str) -> set:
+    return set(re.findall(r"`([a-z_][a-z0-9_]*)`", section))
+
+
+def _keys(obj) -> set:
+    """Every key of obj, nested ones included (a list's dicts by their union), as bare names."""
+    found = set()
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            found.add(k)
+            if k not in DATA_KEYED:
+                found |= _keys(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            found |= _keys(v)
+    return found
+
+
+# Backticked words of each section that are values or references, not keys: phases, outcomes,
+# action kinds and statuses, and other commands' names.
+VALUES = {
+    "status": {"inbox", "profiling", "requeued", "released"},
+    "queue": {"pending", "admitted", "requeued", "released", "finished", "skipped", "abandoned", "default",
+              "explain", "queue", "status", "jobs_needing_attention"},
+    "explain": {"profile", "release", "requeue", "sitefactor", "applied", "failed", "planned", "done",
+                "jobs_by_phase"},
+}
+
+
+def _check(command: str, printed: set, section: str):
+    documented = _documented(section)
+    assert printed - documented == set(), f"printed by {command}, not in docs/cli.md"
+    assert documented - printed - VALUES[command] == set(), f"in docs/cli.md, not printed by {command}"
+
+
+def _a_job_through_profiling(cluster):  # noqa: F811
+    cfg, clock, slurm, store, lucidd = cluster(tprof_s=600, long_tprof_s=0, skip_when_free=False)
+    rec = lucidd()
+    start_profiling_run(rec, clock, slurm, 41)
+    run_cycles(rec, clock, 620)  # requeued at Tprof, then released to main
+    slurm.submit(42, partition="main", gpus=1)
+    slurm.submit(43, partition="mian", gpus=1)  # a partition Slurm refuses: needs attention
+    run_cycles(rec, clock, 30)
+    store.add_model_version("duration", 1, int(clock.t), "first fit", {})
+    store.set_meta("last_database_outage", '{"from": 1, "to": 2, "seconds": 1, "error": "gone"}')
+    store.create_gpu_profiles()
+    store.save_gpu_profiles([SimpleNamespace(job_id=41, partition="profiling", node="gpu1", first_t=int(clock.t) - 600,
+                                             last_t=int(clock.t) - 10, samples=60, util_samples=60, gpu_util=71.5,
+                                             gmem_util=30.0, gmem_max_mib=10240.0, gpus={0})])
+    return cfg, clock, store
+
+
+def test_status_prints_what_docs_cli_md_documents(cluster):  # noqa: F811
+    cfg, clock, store = _a_job_through_profiling(cluster)
+    d = status_data(cfg, store, now=clock.t)
+    # the nested objects are filled, so that their keys are checked too
+    assert d["last_cycle"] and d["jobs_needing_attention"] and d["models"] and d["last_database_outage"]
+    _check("status", _keys(d), _section("`--json status` prints one object:"))
+
+
+def test_queue_prints_what_docs_cli_md_documents(cluster):  # noqa: F811
+    cfg, clock, store = _a_job_through_profiling(cluster)
+    d = queue_data(cfg, store)
+    section = _section("`--json queue` prints")
+    assert '`{"inbox": [...], "profiling": [...], "pending": [...]}`' in section
+    assert set(d) == {"inbox", "profiling", "pending"} and d["inbox"] and d["pending"]
+    _check("queue", _keys(d["inbox"] + d["profiling"] + d["pending"]), section)
+
+
+def test_explain_prints_what_docs_cli_md_documents(cluster):  # noqa: F811
+    cfg, clock, store = _a_job_through_profiling(cluster)
+    d = explain_data(cfg, store, 41)
+    assert d["actions"] and d["gpu_usage"] and d["profiling"]["outcome"] == "released"
+    _check("explain", _keys(d), _section("`--json explain job ID` prints one object:"))
