@@ -287,7 +287,8 @@ def explain_data(cfg, store, job_id) -> dict:
         "profiling": {"outcome": r.profile, "reason": r.profile_reason, "requeued_at": r.requeued_at,
                       "released_at": r.released_at, "restarts_before": r.restarts},
         "order": {"site_factor": r.site_factor, "rank": r.queue_rank, "reason": r.order_reason,
-                  "estimate_s": r.estimate_s, "estimate_source": r.estimate_source},
+                  "estimate_s": r.estimate_s, "estimate_source": r.estimate_source,
+                  "explanation": _estimate_explanation(cfg, store, r)},
         "start_time": r.start_time, "end_time": r.end_time, "final_state": r.final_state,
         "actions": [{"key": a.key, "kind": a.kind, "status": a.status, "reason": a.reason, "error": a.error,
                      "created_at": a.created_at, "applied_at": a.applied_at, "args": json.loads(a.args or "{}")}
@@ -295,6 +296,22 @@ def explain_data(cfg, store, job_id) -> dict:
         "story": story,
         "gpu_usage": gpu_runs,
     }
+
+
+def _estimate_explanation(cfg, store, r) -> dict | None:
+    """The decider's explanation of the job's duration estimate (the EBM's terms), or why there is
+    none; None when the configured decider gives none. Never fails `explain`."""
+    from .live.reconcile import load_decider
+
+    empty = {"kind": "none", "model_version": None, "model_seconds": None, "intercept": None, "terms": [],
+             "reason": "", "matches_estimate": None}
+    if r.estimate_s is None:
+        return empty | {"reason": "not estimated yet: a job is estimated when it first waits in its partition "
+                                  "(jobs in the inbox or in profiling have none)"}
+    try:
+        return load_decider(cfg.daemon.decider, cfg).explain_estimate(store, r)
+    except Exception as exc:  # noqa: BLE001 - a model or library that cannot be read here
+        return empty | {"kind": "unavailable", "reason": f"the estimate cannot be explained here ({exc})"}
 
 
 def _gpu_run(g, cfg) -> dict:
@@ -402,6 +419,13 @@ def cmd_live(args) -> int:
     if o["site_factor"] is not None:
         print(f"  order: {o['reason']}")
         print(f"  estimate: {o['estimate_s']:,.0f} s from {o['estimate_source'] or '?'}")
+        e = o["explanation"]
+        if e is not None:
+            from .explain_cli import contribution_lines
+
+            print(f"    {e['reason']}")
+            for line in contribution_lines(e.get("intercept"), e.get("terms") or [], indent="    "):
+                print(line)
     for g in d["gpu_usage"]:
         memory = "?" if g["gmem_mib"] is None else f"{g['gmem_mib']:,.0f} MiB"
         print(f"  GPUs ({'profiling run' if g['profiling_run'] else 'run'} in {g['partition'] or '?'} on {g['node']}, "

@@ -207,6 +207,27 @@ def _estimate(row, feat, art, policy: str, warnings: list) -> dict:
     return out
 
 
+def contribution_lines(intercept, terms: list, indent: str = "  ") -> list:
+    """An EBM estimate's top terms as a text table (the simulator's and the live daemon's
+    `explain`); [] without terms."""
+    from models.render import format_value, render_table
+
+    if not terms:
+        return []
+    shown = terms[:TOP_TERMS]
+    rows = [["(intercept)", "", f"{intercept:+.4g}", f"x{math.exp(intercept):.3g}"]]
+    for t in shown:
+        value = " x ".join(format_value(v) for v in t["value"].values()) if isinstance(t["value"], dict) \
+            else format_value(t["value"])
+        rows.append([t["term"], value, f"{t['contribution']:+.4g}", f"x{math.exp(t['contribution']):.3g}"])
+    rest = terms[len(shown):]
+    if rest:
+        c = sum(t["contribution"] for t in rest)
+        rows.append([f"({len(rest)} more terms)", "", f"{c:+.4g}", f"x{math.exp(c):.3g}"])
+    return [f"{indent}top contributions (log1p seconds; x = factor on 1 + duration):",
+            render_table(["term", "value", "contribution", "factor"], rows, align="llrr", indent=indent + "  ")]
+
+
 def _why_no_model(feat, dur: dict) -> str:
     submit = _num(feat.get("submit_time")) if "submit_time" in feat.index else None
     refits = sorted(dur.get("refits") or [], key=lambda r: r["refit_time"])
@@ -370,20 +391,7 @@ def render(r: dict) -> str:
     for part in (e["reason"].split("; ", 1) if e["kind"] == "ebm" else [e["reason"]]):
         if part:
             lines.append(f"  {part}")
-    if e["terms"]:
-        shown = e["terms"][:TOP_TERMS]
-        rows = [["(intercept)", "", f"{e['intercept']:+.4g}", f"x{math.exp(e['intercept']):.3g}"]]
-        for t in shown:
-            value = " x ".join(format_value(v) for v in t["value"].values()) if isinstance(t["value"], dict) \
-                else format_value(t["value"])
-            rows.append([t["term"], value, f"{t['contribution']:+.4g}",
-                         f"x{math.exp(t['contribution']):.3g}"])
-        rest = e["terms"][len(shown):]
-        if rest:
-            c = sum(t["contribution"] for t in rest)
-            rows.append([f"({len(rest)} more terms)", "", f"{c:+.4g}", f"x{math.exp(c):.3g}"])
-        lines.append("  top contributions (log1p seconds; x = factor on 1 + duration):")
-        lines.append(render_table(["term", "value", "contribution", "factor"], rows, align="llrr", indent="    "))
+    lines += contribution_lines(e["intercept"], e["terms"])
     lines.append("")
     p = r["packing"]
     if p["class"] is not None:

@@ -349,6 +349,11 @@ class ModelStore:
         stamp = getattr(obj, "stamp_", None) or getattr(obj, "stamp", None)
         return LoadedModel(kind=kind, version=version, path=path, model=obj, stamp=stamp)
 
+    def load(self, kind: str, version: int) -> LoadedModel:
+        """One saved version (ModelError if it is missing or unusable)."""
+        self._check_kind(kind)
+        return self._load_file(kind, int(version))
+
     def load_current(self, kind: str) -> LoadedModel | None:
         """The current model of ``kind``, or the previous good version if the current one is unusable.
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 from dataclasses import replace
 
@@ -323,6 +324,97 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     return plan
 
 
+def history_frame(rows) -> pd.DataFrame:
+    """The store's history rows as the duration model's jobs table."""
+    # column by column: a frame built from one dict per row took as long as the read itself
+    return pd.DataFrame({"job_id": [str(r.job_id) for r in rows],
+                         "submit_time": [int(r.submit_time) for r in rows],
+                         "duration": [int(r.duration) for r in rows], "gpu_num": [int(r.gpus) for r in rows],
+                         "user": [r.user for r in rows], "vc": [r.partition for r in rows],
+                         "name": [r.name for r in rows]},
+                        columns=["job_id", "submit_time", "duration", "gpu_num", "user", "vc", "name"])
+
+
+_EBM_SOURCE = re.compile(r"^ebm:v([0-9]+)")
+
+
+def explain_live_estimate(cfg, store, record, since: int | None = None) -> dict:
+    """Why a live job got its duration estimate, as data (`lucidctl explain job ID`): the terms of
+    the EBM version that made it (or the fallback rule), recomputed from the model file and the
+    history lucidd keeps. History features count only jobs that ended before the job's submission,
+    so the figure is the one lucidd used unless those rows changed since (pruned past
+    `history_days`, or read from sacct later); `model_seconds` against the estimate says so.
+
+    `since`: the oldest end time of the history to read (default: `history_days` before the
+    estimate was made, as the daemon's own read then was)."""
+    out = {"kind": "none", "model_version": None, "model_seconds": None, "intercept": None, "terms": [],
+           "reason": "", "matches_estimate": None}
+    source = record.estimate_source or ""
+    if record.estimate_s is None:
+        out["reason"] = ("not estimated yet: a job is estimated when it first waits in its partition (jobs in the "
+                         "inbox or in profiling have none)")
+        return out
+    if source == "default":
+        out.update(kind="default", reason=f"the constant [ordering] default_estimate_s "
+                                          f"({cfg.ordering.default_estimate_s:g} s): no history had been read yet; "
+                                          "estimated again at the next cycle")
+        return out
+    from models.base import ModelError
+    from models.update import ModelStore
+
+    submitted = int(record.original_submit or record.first_seen or 0)
+    job = pd.DataFrame({"job_id": [str(record.job_id)], "submit_time": [submitted], "gpu_num": [int(record.gpus)],
+                        "user": [record.user], "vc": [record.target_partition], "name": [record.name]})
+    if since is None:
+        since = int(record.first_seen or submitted) - cfg.models.history_days * 86400
+    try:
+        hist = history_frame(store.history(since))
+    except Exception as exc:  # noqa: BLE001 - explain degrades; it never fails the command
+        out.update(kind="unavailable", reason=f"the history could not be read ({exc})")
+        return out
+    m = _EBM_SOURCE.match(source)
+    models = ModelStore(cfg.models.dir)
+    try:
+        if m:
+            version = int(m.group(1))
+            try:
+                model = models.load("duration", version).model
+            except (ModelError, OSError) as exc:
+                out.update(kind="unavailable", model_version=version,
+                           reason=f"EBM v{version} made this estimate but cannot be read now ({exc}); "
+                                  f"[models] dir {cfg.models.dir} keeps the newest versions only")
+                return out
+        else:
+            loaded = models.load_current("duration")
+            model = loaded.model if loaded is not None else None
+            version = loaded.version if loaded is not None else None
+    except (ModelError, OSError) as exc:
+        model, version = None, None
+        out["reason"] = f"(no model could be read: {exc}) "
+    if model is None:  # no EBM yet: the rule of means
+        from models.duration import compute_features
+
+        from .artifacts import fallback_rule
+
+        feats = compute_features(job, hist, None).iloc[0]
+        out.update(kind="fallback", reason=out["reason"] + "no duration model yet (fewer finished jobs than "
+                   f"[models] min_history_jobs, or none fitted): estimate = "
+                   f"{fallback_rule(feats, source, cfg.ordering.default_estimate_s)}")
+        return out
+    expl = model.explain(job, hist)
+    out.update(kind=expl.kind, model_version=version, model_seconds=float(expl.prediction),
+               intercept=expl.intercept, reason=(f"EBM v{version}: {expl.reason}" if expl.kind == "ebm" else
+                                                 expl.reason),
+               terms=[{"term": t.term, "value": t.value, "contribution": t.contribution} for t in expl.terms])
+    out["matches_estimate"] = bool(abs(out["model_seconds"] - float(record.estimate_s))
+                                   <= 0.01 * max(1.0, float(record.estimate_s)))
+    if not out["matches_estimate"]:
+        out["reason"] += (f"; recomputed now it gives {out['model_seconds']:,.0f} s, not the "
+                          f"{float(record.estimate_s):,.0f} s lucidd used: the history it was made from has changed "
+                          "since (rows pruned past history_days, or read from sacct later)")
+    return out
+
+
 class LiveEstimator:
     """Duration estimates for live jobs: the update engine's current EBM when one exists, else the
     fallback rule (mean of finished jobs with the same GPU count, else of all, else a constant)."""
@@ -346,13 +438,7 @@ class LiveEstimator:
         return self._engine
 
     def set_history(self, rows):
-        # column by column: a frame built from one dict per row took as long as the read itself
-        frame = pd.DataFrame({"job_id": [str(r.job_id) for r in rows],
-                              "submit_time": [int(r.submit_time) for r in rows],
-                              "duration": [int(r.duration) for r in rows], "gpu_num": [int(r.gpus) for r in rows],
-                              "user": [r.user for r in rows], "vc": [r.partition for r in rows],
-                              "name": [r.name for r in rows]},
-                             columns=["job_id", "submit_time", "duration", "gpu_num", "user", "vc", "name"])
+        frame = history_frame(rows)
         with self._lock:
             self._history = frame
 
@@ -536,6 +622,9 @@ class LucidDecider(Decider):
                               "requeue": [a for a, _ in plan.requeue],
                               "site_factors": {str(j.job_id): plan.site_factors[j.job_id][0] for j in decided}
                               | {str(k): v[0] for k, v in plan.site_factors.items() if k in released}}}
+
+    def explain_estimate(self, store, record) -> dict:
+        return explain_live_estimate(self.cfg, store, record)
 
     # -- background --------------------------------------------------------------------------------
     def background(self, store, now: int) -> str | None:

@@ -97,6 +97,10 @@ class Decider:
         """Slow work (model refits) run off the reconcile path; returns a line to log or None."""
         return None
 
+    def explain_estimate(self, store: Store, record: JobRow) -> dict | None:
+        """Why `record` got its duration estimate, as data (`lucidctl explain job ID`), or None."""
+        return None
+
 
 def load_decider(spec: str, config) -> Decider:
     import importlib

@@ -62,7 +62,8 @@ VALUES = {
     "queue": {"pending", "admitted", "requeued", "released", "finished", "skipped", "abandoned", "default",
               "explain", "queue", "status", "jobs_needing_attention"},
     "explain": {"profile", "release", "requeue", "sitefactor", "applied", "failed", "planned", "done",
-                "jobs_by_phase"},
+                "jobs_by_phase", "ebm", "fallback", "default", "none", "unavailable", "estimate", "dir",
+                "history_days", "explain", "null"},
 }
 
 
@@ -110,4 +111,6 @@ def test_explain_prints_what_docs_cli_md_documents(cluster):  # noqa: F811
     cfg, clock, store = _a_job_through_profiling(cluster)
     d = explain_data(cfg, store, 41)
     assert d["actions"] and d["gpu_usage"] and d["profiling"]["outcome"] == "released"
-    _check("explain", _keys(d), _section("`--json explain job ID` prints one object:"))
+    assert d["order"]["explanation"]["kind"] == "default", d["order"]  # no history read in this cluster
+    _check("explain", _keys(d), _section("`--json explain job ID` prints one object:")
+           + _section("`order.explanation` is why"))

@@ -1,0 +1,100 @@
+"""`lucidctl explain job ID` for a live job explains its duration estimate: the terms of the EBM
+version that made it, recomputed from the model file and the history lucidd keeps (the design
+card: the admin CLI shows every decision and model explanation). Before, it printed the figure and
+its source only."""
+
+from __future__ import annotations
+
+import re
+
+from lucidd.admin_cli import explain_data
+from lucidd.backends.base import LiveJob
+from lucidd.live.config import config_from_dict
+from lucidd.live.store import JobRow, Store
+from orchestrator.live import LucidDecider, live_job
+
+from .test_live_models import NOW, _history
+
+
+def _daemon_with_a_model(tmp_path):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "models": {"min_history_jobs": 100,
+                                                                              "dir": str(tmp_path / "models")}})
+    store = Store(cfg.database.url).create()
+    store.add_history(_history())
+    d = LucidDecider(cfg)
+    d.background(store, NOW)
+    d._refit_thread.join(300)
+    return cfg, store, d
+
+
+def _estimated(store, d, job_id, user, gpus):
+    (est, src), = d.estimator.estimate([live_job(LiveJob(job_id, user=user, gpus=gpus, submit_time=NOW,
+                                                         partition="main", name=f"train-{user}"), None)]).values()
+    store.save_jobs([JobRow(job_id=job_id, user=user, name=f"train-{user}", gpus=gpus, target_partition="main",
+                            phase="released", profile="skipped", original_submit=NOW, first_seen=NOW,
+                            estimate_s=est, estimate_source=src, site_factor=999_000_000)], new_ids={job_id})
+    return est, src
+
+
+def test_a_live_estimate_is_explained_by_its_ebm_terms(tmp_path, capsys):
+    cfg, store, d = _daemon_with_a_model(tmp_path)
+    est, src = _estimated(store, d, 9001, "u3", 2)
+    assert src.startswith("ebm:v")
+    e = explain_data(cfg, store, 9001)["order"]["explanation"]
+    assert e["kind"] == "ebm" and e["model_version"] == int(re.match(r"ebm:v(\d+)", src).group(1))
+    assert e["matches_estimate"] and abs(e["model_seconds"] - est) <= 0.01 * est
+    assert e["terms"] and {"term", "value", "contribution"} <= set(e["terms"][0])
+    names = {t["term"] for t in e["terms"]}
+    assert "gpu_num" in names, names
+    # the text output shows the terms under the estimate
+    from lucidd.admin_cli import cmd_live
+
+    class Args:
+        command, json, id = "explain", False, 9001
+
+    import lucidd.admin_cli as admin
+
+    orig = admin._open
+    admin._open = lambda args: (cfg, store)
+    try:
+        assert cmd_live(Args()) == 0
+    finally:
+        admin._open = orig
+    text = capsys.readouterr().out
+    assert "top contributions" in text and "(intercept)" in text and "gpu_num" in text, text
+
+
+def test_an_explanation_that_no_longer_matches_says_why(tmp_path):
+    cfg, store, d = _daemon_with_a_model(tmp_path)
+    est, src = _estimated(store, d, 9002, "u5", 4)
+    # the user's history that fed the estimate is gone (pruned past history_days)
+    store.prune_history(NOW + 1)
+    e = explain_data(cfg, store, 9002)["order"]["explanation"]
+    # without that history the model itself falls back to the rule of means for this user
+    assert e["kind"] in ("ebm", "fallback") and e["matches_estimate"] is False
+    assert "history it was made from has changed" in e["reason"]
+    # the model version that made it is gone (the models folder keeps the newest only)
+    for f in (tmp_path / "models").glob("duration-v*.joblib"):
+        f.unlink()
+    e = explain_data(cfg, store, 9002)["order"]["explanation"]
+    assert e["kind"] == "unavailable" and "cannot be read now" in e["reason"] and e["terms"] == []
+
+
+def test_fallback_and_default_estimates_say_which_rule(tmp_path):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "models": {"dir": str(tmp_path / "models")}})
+    store = Store(cfg.database.url).create()
+    store.add_history(_history(50))
+    store.save_jobs([JobRow(job_id=7, user="u1", name="x", gpus=2, target_partition="main", phase="released",
+                            profile="skipped", original_submit=NOW, first_seen=NOW, estimate_s=500.0,
+                            estimate_source="fallback:same_gpu_mean"),
+                     JobRow(job_id=8, user="u1", name="x", gpus=2, target_partition="main", phase="released",
+                            profile="skipped", original_submit=NOW, first_seen=NOW, estimate_s=3600.0,
+                            estimate_source="default"),
+                     JobRow(job_id=9, user="u1", name="x", gpus=2, target_partition="main", phase="inbox",
+                            profile="pending", original_submit=NOW, first_seen=NOW)], new_ids={7, 8, 9})
+    e = explain_data(cfg, store, 7)["order"]["explanation"]
+    assert e["kind"] == "fallback" and re.search(r"mean duration of the \d+ previously-ended 2-GPU jobs", e["reason"])
+    assert explain_data(cfg, store, 8)["order"]["explanation"]["kind"] == "default"
+    e = explain_data(cfg, store, 9)["order"]["explanation"]
+    assert e["kind"] == "none" and set(e) == {"kind", "model_version", "model_seconds", "intercept", "terms",
+                                              "reason", "matches_estimate"}
