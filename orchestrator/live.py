@@ -18,11 +18,13 @@ changes or it starts starving).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
 import threading
 from dataclasses import replace
+from datetime import datetime
 
 import pandas as pd
 
@@ -402,9 +404,18 @@ def explain_live_estimate(cfg, store, record, since: int | None = None) -> dict:
                    f"{fallback_rule(feats, source, cfg.ordering.default_estimate_s)}")
         return out
     expl = model.explain(job, hist)
+    fitted = f"EBM v{version}"
+    try:
+        info = next((json.loads(v.detail or "{}") for v in store.model_versions(50)
+                     if v.kind == "duration" and v.version == version), None)
+        if info and info.get("time") and info.get("train_rows"):
+            fitted += (f", fitted {datetime.fromtimestamp(int(info['time'])).strftime('%Y-%m-%d %H:%M')} on the "
+                       f"{int(info['train_rows']):,} jobs that had ended then")
+    except Exception:  # noqa: BLE001 - when it was fitted is a detail: the terms are the answer
+        pass
     out.update(kind=expl.kind, model_version=version, model_seconds=float(expl.prediction),
-               intercept=expl.intercept, reason=(f"EBM v{version}: {expl.reason}" if expl.kind == "ebm" else
-                                                 expl.reason),
+               intercept=expl.intercept, reason=(f"{fitted}: {expl.reason}" if expl.kind == "ebm" else
+                                                 f"{fitted}, not applied: {expl.reason}"),
                terms=[{"term": t.term, "value": t.value, "contribution": t.contribution} for t in expl.terms])
     out["matches_estimate"] = bool(abs(out["model_seconds"] - float(record.estimate_s))
                                    <= 0.01 * max(1.0, float(record.estimate_s)))
