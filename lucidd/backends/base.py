@@ -193,6 +193,7 @@ class Backend:
         raise NotImplementedError
 
     def requeue(self, job_id) -> None:
+        """Requeue the job if it has not ended (a job that ended meanwhile is left alone, silently)."""
         raise NotImplementedError
 
     def set_site_factor(self, job_ids, value: int) -> None:

@@ -424,7 +424,11 @@ class SlurmBackend(Backend):
         self.runner.run(argv)
 
     def requeue(self, job_id) -> None:
-        self.runner.run(["scontrol", "requeue", str(int(job_id))])
+        # `Incomplete`: slurmctld requeues the job only if it has not ended by the time it takes the
+        # request (else it does nothing, exit 0). Plain `scontrol requeue` also requeues a COMPLETED
+        # batch job, which then runs again from the start; lucidd checks the state right before, and
+        # this closes the milliseconds between that check and the request.
+        self.runner.run(["scontrol", "requeue", "Incomplete", str(int(job_id))])
 
     def set_site_factor(self, job_ids, value: int) -> None:
         value = int(value)

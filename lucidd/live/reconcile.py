@@ -669,6 +669,16 @@ class Reconciler:
                                 f"{(r.end_time - (r.profile_start or r.end_time))} s after it started there: "
                                 "never reached its partition")
             log.info("job %s: finished in profiling (%s)", r.job_id, r.final_state)
+        elif (r.profile == "requeued" and j is not None and j.partition == self.profiling
+              and j.restart_count <= r.restarts and not self.dry_run):
+            # The run ended between lucidd's last look and its requeue request: Slurm left the ended
+            # job alone (`scontrol requeue Incomplete`), so it ended in profiling after all.
+            r.profile = "finished"
+            r.profile_reason = (f"ended ({r.final_state}) inside the profiling partition as lucidd requeued it, "
+                                f"{(r.end_time - (r.profile_start or r.end_time))} s after it started there: Slurm "
+                                "left the ended job alone (requeue Incomplete), so it did not run again and never "
+                                "reached its partition")
+            log.info("job %s: finished in profiling as it was requeued (%s)", r.job_id, r.final_state)
         elif self.dry_run and r.profile == "admitted" and was == "profiling" and j is not None:
             # It ran in its own partition and ended before its virtual run reached Tprof: it started
             # there no earlier than the virtual run, so it would have ended inside that run.

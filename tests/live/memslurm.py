@@ -110,7 +110,11 @@ class MemSlurm(Backend):
         return self.boot_time
 
     def requeue(self, job_id: int) -> None:
-        self._call("requeue", [job_id], self.slurm_requeue)
+        def incomplete(jid):  # `scontrol requeue Incomplete`: a job that has ended is left alone
+            if self.jobs[jid].state in ("RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED"):
+                self.slurm_requeue(jid)
+
+        self._call("requeue", [job_id], incomplete)
 
     def set_site_factor(self, job_ids, value: int) -> None:
         self._call("sitefactor", job_ids, lambda jid: None)

@@ -464,7 +464,7 @@ def test_write_commands(fake):
         ["scontrol", "update", "jobid=14", "partition=main,research", "starttime=now"],
         ["scontrol", "update", "jobid=15,16", "partition=profiling", "excnodelist=gpu3,gpu4"],
         ["scontrol", "update", "jobid=15", "partition=main", "starttime=now", "excnodelist="],
-        ["scontrol", "requeue", "14"],
+        ["scontrol", "requeue", "Incomplete", "14"],
         ["scontrol", "update", "jobid=33,34", "sitefactor=999000000"],
         ["scontrol", "update", "partitionname=inbox", "state=UP"],
         ["scontrol", "update", "partitionname=inbox", "state=DOWN"],

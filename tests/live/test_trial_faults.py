@@ -23,6 +23,31 @@ def test_a_run_that_ends_after_the_cycles_look_is_not_requeued(cluster):
     assert row.phase == "done" and row.profile == "finished"
 
 
+def test_a_run_that_ends_after_the_re_check_is_left_alone_by_slurm_and_counted_as_finished(cluster):
+    """Between the re-check and the requeue request (milliseconds) a run can still end: `scontrol
+    requeue Incomplete` makes slurmctld itself leave an ended job alone (plain `requeue` ran it again)."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    rec = lucidd()
+    start_profiling_run(rec, clock, slurm, 9)
+    states = slurm.job_states
+
+    def check_then_end(ids):
+        seen = states(ids)  # RUNNING: the check passes ...
+        slurm.end(9)  # ... and the run ends before slurmctld takes the requeue
+        return seen
+
+    slurm.job_states = check_then_end
+    run_cycles(rec, clock, 600)
+    slurm.job_states = states
+    assert [c for c in slurm.calls if c[0] == "requeue"] == [("requeue", (9,))]
+    j = slurm.jobs[9]
+    assert j.state == "COMPLETED" and j.restart_count == 0  # not run again
+    run_cycles(rec, clock, 20)
+    row = store.job(9)
+    assert row.phase == "done" and row.profile == "finished", (row.phase, row.profile, row.profile_reason)
+    assert "as lucidd requeued it" in row.profile_reason and "did not run again" in row.profile_reason
+
+
 def test_requeues_wait_until_a_restarted_slurmctld_has_settled(cluster):
     cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
     rec = lucidd()

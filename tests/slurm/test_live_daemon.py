@@ -534,3 +534,25 @@ def test_job_submit_lua_keeps_users_out_of_the_inbox_exits_and_out_of_profiling(
             assert [j["partition"] for j in squeue() if j["job_id"] == job] == [part]
     finally:
         sh("scancel", str(job), check=False)
+
+
+def test_the_backends_requeue_leaves_an_ended_job_alone_and_requeues_a_running_one(clean_cluster, job_script):
+    """Slurm 22.05 requeues a COMPLETED batch job too, and it runs again from the start; lucidd's
+    requeue (`scontrol requeue Incomplete`) must leave a job that ended before slurmctld took the
+    request alone, so the milliseconds after lucidd's last look cannot run a job twice."""
+    from lucidd.backends.slurm import SlurmBackend, SlurmRunner
+
+    backend = SlurmBackend(SlurmRunner())
+    ended = sbatch(job_script, 1, "--gres=gpu:1", "-p", "main", name="ended")
+    running = sbatch(job_script, 120, "--gres=gpu:1", "-p", "main", name="running")
+    for job in (ended, running):  # job_submit.lua put them in the inbox: an admin's move
+        sh("scontrol", "update", f"jobid={job}", "partition=main")
+    states = lambda: {j["job_id"]: j["job_state"] for j in squeue()}  # noqa: E731
+    wait_until(lambda: states().get(ended) == "COMPLETED" and states().get(running) == "RUNNING", 60,
+               "one job to end and one to run")
+    backend.requeue(ended)
+    backend.requeue(running)
+    after = backend.job_states([ended, running])
+    assert after[ended][0] == "COMPLETED" and after[ended][2] == 0, after  # not requeued: it ran once
+    assert after[running][2] == 1, after  # requeued
+    sh("scancel", str(running))
