@@ -375,33 +375,32 @@ def explain_live_estimate(cfg, store, record, since: int | None = None) -> dict:
         out.update(kind="unavailable", reason=f"the history could not be read ({exc})")
         return out
     m = _EBM_SOURCE.match(source)
-    models = ModelStore(cfg.models.dir)
-    try:
-        if m:
-            version = int(m.group(1))
-            try:
-                model = models.load("duration", version).model
-            except (ModelError, OSError) as exc:
-                out.update(kind="unavailable", model_version=version,
-                           reason=f"EBM v{version} made this estimate but cannot be read now ({exc}); "
-                                  f"[models] dir {cfg.models.dir} keeps the newest versions only")
-                return out
-        else:
-            loaded = models.load_current("duration")
-            model = loaded.model if loaded is not None else None
-            version = loaded.version if loaded is not None else None
-    except (ModelError, OSError) as exc:
-        model, version = None, None
-        out["reason"] = f"(no model could be read: {exc}) "
-    if model is None:  # no EBM yet: the rule of means
-        from models.duration import compute_features
+    if not m:  # the rule of means (no model then, or the model's own fallback for this job)
+        from models.duration import compute_features, fallback_estimates
 
         from .artifacts import fallback_rule
 
         feats = compute_features(job, hist, None).iloc[0]
-        out.update(kind="fallback", reason=out["reason"] + "no duration model yet (fewer finished jobs than "
-                   f"[models] min_history_jobs, or none fitted): estimate = "
-                   f"{fallback_rule(feats, source, cfg.ordering.default_estimate_s)}")
+        again = float(fallback_estimates(job, hist, cfg.ordering.default_estimate_s)["estimate"].iloc[0])
+        why = "no EBM applied"
+        try:  # the current model says why it did not apply (a user with no finished job yet, say)
+            loaded = ModelStore(cfg.models.dir).load_current("duration")
+            if loaded is not None:
+                expl = loaded.model.explain(job, hist)
+                if expl.kind == "fallback":
+                    why = f"EBM v{loaded.version} does not apply: {expl.reason.split('; ')[0].split(': ', 1)[-1]}"
+        except (ModelError, OSError):
+            pass
+        out.update(kind="fallback", model_seconds=again,
+                   reason=f"{why}; estimate = {fallback_rule(feats, source, cfg.ordering.default_estimate_s)}")
+        return _compare(out, record)
+    version = int(m.group(1))
+    try:
+        model = ModelStore(cfg.models.dir).load("duration", version).model
+    except (ModelError, OSError) as exc:
+        out.update(kind="unavailable", model_version=version,
+                   reason=f"EBM v{version} made this estimate but cannot be read now ({exc}); "
+                          f"[models] dir {cfg.models.dir} keeps the newest versions only")
         return out
     expl = model.explain(job, hist)
     fitted = f"EBM v{version}"
@@ -417,12 +416,17 @@ def explain_live_estimate(cfg, store, record, since: int | None = None) -> dict:
                intercept=expl.intercept, reason=(f"{fitted}: {expl.reason}" if expl.kind == "ebm" else
                                                  f"{fitted}, not applied: {expl.reason}"),
                terms=[{"term": t.term, "value": t.value, "contribution": t.contribution} for t in expl.terms])
-    out["matches_estimate"] = bool(abs(out["model_seconds"] - float(record.estimate_s))
-                                   <= 0.01 * max(1.0, float(record.estimate_s)))
+    return _compare(out, record)
+
+
+def _compare(out: dict, record) -> dict:
+    """`matches_estimate`: does the figure recomputed now agree (1 %) with the one lucidd used?"""
+    used = float(record.estimate_s)
+    out["matches_estimate"] = bool(abs(out["model_seconds"] - used) <= 0.01 * max(1.0, used))
     if not out["matches_estimate"]:
-        out["reason"] += (f"; recomputed now it gives {out['model_seconds']:,.0f} s, not the "
-                          f"{float(record.estimate_s):,.0f} s lucidd used: the history it was made from has changed "
-                          "since (rows pruned past history_days, or read from sacct later)")
+        out["reason"] += (f"; recomputed now it gives {out['model_seconds']:,.0f} s, not the {used:,.0f} s lucidd "
+                          "used: the history it was made from has changed since (rows pruned past history_days, "
+                          "or read from sacct later)")
     return out
 
 

@@ -64,6 +64,15 @@ def test_a_live_estimate_is_explained_by_its_ebm_terms(tmp_path, capsys):
     assert "top contributions" in text and "(intercept)" in text and "gpu_num" in text, text
 
 
+def test_a_new_users_estimate_says_why_the_model_did_not_apply(tmp_path):
+    cfg, store, d = _daemon_with_a_model(tmp_path)
+    est, src = _estimated(store, d, 9003, "newcomer", 2)
+    assert src.startswith("fallback")
+    e = explain_data(cfg, store, 9003)["order"]["explanation"]
+    assert e["kind"] == "fallback" and e["matches_estimate"], e
+    assert "does not apply: user 'newcomer' has no job that ended before this submission" in e["reason"], e
+
+
 def test_an_explanation_that_no_longer_matches_says_why(tmp_path):
     cfg, store, d = _daemon_with_a_model(tmp_path)
     est, src = _estimated(store, d, 9002, "u5", 4)
@@ -84,9 +93,15 @@ def test_fallback_and_default_estimates_say_which_rule(tmp_path):
     cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "models": {"dir": str(tmp_path / "models")}})
     store = Store(cfg.database.url).create()
     store.add_history(_history(50))
+    d = LucidDecider(cfg)
+    d.background(store, NOW)  # reads the history; 50 jobs are too few for a model
+    d._refit_thread.join(60)
+    (est, src), = d.estimator.estimate([live_job(LiveJob(7, user="u1", gpus=2, submit_time=NOW, partition="main",
+                                                         name="x"), None)]).values()
+    assert src == "fallback:same_gpu_mean"
     store.save_jobs([JobRow(job_id=7, user="u1", name="x", gpus=2, target_partition="main", phase="released",
-                            profile="skipped", original_submit=NOW, first_seen=NOW, estimate_s=500.0,
-                            estimate_source="fallback:same_gpu_mean"),
+                            profile="skipped", original_submit=NOW, first_seen=NOW, estimate_s=est,
+                            estimate_source=src),
                      JobRow(job_id=8, user="u1", name="x", gpus=2, target_partition="main", phase="released",
                             profile="skipped", original_submit=NOW, first_seen=NOW, estimate_s=3600.0,
                             estimate_source="default"),
@@ -94,6 +109,7 @@ def test_fallback_and_default_estimates_say_which_rule(tmp_path):
                             profile="pending", original_submit=NOW, first_seen=NOW)], new_ids={7, 8, 9})
     e = explain_data(cfg, store, 7)["order"]["explanation"]
     assert e["kind"] == "fallback" and re.search(r"mean duration of the \d+ previously-ended 2-GPU jobs", e["reason"])
+    assert e["matches_estimate"] and abs(e["model_seconds"] - est) < 1e-6 * est, (e, est)
     assert explain_data(cfg, store, 8)["order"]["explanation"]["kind"] == "default"
     e = explain_data(cfg, store, 9)["order"]["explanation"]
     assert e["kind"] == "none" and set(e) == {"kind", "model_version", "model_seconds", "intercept", "terms",
