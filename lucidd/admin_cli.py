@@ -8,6 +8,7 @@ anything, and work while lucidd is stopped (they then show its last state). Sche
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import statistics
@@ -314,6 +315,57 @@ def _estimate_explanation(cfg, store, r) -> dict | None:
         return empty | {"kind": "unavailable", "reason": f"the estimate cannot be explained here ({exc})"}
 
 
+def models_data(cfg, store) -> dict | None:
+    """The decider's models (`lucidctl models`); None when the configured decider has none."""
+    from .live.reconcile import load_decider
+
+    return load_decider(cfg.daemon.decider, cfg).describe_models(store)
+
+
+def models_text(d: dict | None) -> list:
+    """`lucidctl models` as text lines, from `models_data`'s dict."""
+    from models.render import render_table
+
+    if d is None:
+        return ["the configured decider ([daemon] decider) keeps no models"]
+    lines = []
+    c = d["current"]
+    if c is None and d["problem"]:
+        lines.append(f"duration model: none usable in {d['models_dir']}: estimates use the rule of means")
+    elif c is None:
+        lines.append(f"duration model: none yet in {d['models_dir']} ({d['history_jobs'] if d['history_jobs'] is not None else '?'}"
+                     f" finished jobs in lucidd's history; the first fit needs [models] min_history_jobs = "
+                     f"{d['min_history_jobs']}): estimates use the rule of means")
+    else:
+        fitted = (f", fitted {_ts(c['fitted_at'])} on {c['train_rows']:,} finished jobs ({c['trigger']})"
+                  if c["fitted_at"] and c["train_rows"] else "")
+        lines.append(f"duration model: EBM v{c['version']}{fitted}")
+        lines.append(f"  file {c['file']}")
+        if c["fallback"]:
+            lines.append(f"  ! serving an older version: {c['fallback_reason']}")
+        h = c["holdout"] or {}
+        if h.get("n"):
+            lines.append(f"  on the {h['n']:,} jobs held out at its fit: median |log error| "
+                         f"{h['median_abs_log_error']:.2f} (x{math.exp(h['median_abs_log_error']):.2f}), "
+                         f"Spearman {h['spearman']:.2f}")
+        if c["dropped_features"]:
+            lines.append(f"  inputs the history lacks, left out: {', '.join(c['dropped_features'])}")
+        if c["terms"]:
+            lines.append("  what it looks at (mean |contribution| over its training jobs, log1p seconds):")
+            rows = [[t["term"], f"{t['importance']:.3f}"] for t in c["terms"][:12]]
+            lines.append(render_table(["term", "importance"], rows, align="lr", indent="    "))
+            if len(c["terms"]) > 12:
+                lines.append(f"    ({len(c['terms']) - 12} more terms: --json lists all)")
+    if d["problem"]:
+        lines.append(f"  ! {d['problem']}")
+    if d["refits"]:
+        lines.append("last refits:")
+        for r in d["refits"]:
+            lines.append(f"  {_ts(r['at'])} v{r['version']} {r['decision']}: {r['reason']}")
+    lines.append("`lucidctl explain job ID` shows how these terms made one job's estimate.")
+    return lines
+
+
 def _gpu_run(g, cfg) -> dict:
     return {"partition": g.partition, "node": g.node, "profiling_run": g.partition == cfg.slurm.profiling_partition,
             "first_t": g.first_t, "last_t": g.last_t, "samples": g.samples, "gpus": g.gpus,
@@ -399,6 +451,13 @@ def cmd_live(args) -> int:
                 print(f"    job {x['job_id']} ({x['user'] or '?'}): {x['reason']}")
             if len(stuck) > 10:
                 print(f"    ... and {len(stuck) - 10} more (--json lists all)")
+        return 0
+    if args.command == "models":
+        d = models_data(cfg, store)
+        if args.json:
+            print(json.dumps(d, indent=2, default=str))
+            return 0
+        print("\n".join(models_text(d)))
         return 0
     if args.command == "queue":
         d = queue_data(cfg, store)

@@ -101,6 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--config", help=live_help)
     q = sub.add_parser("queue", help="the live daemon: profiling queue and pending jobs in lucidd's order")
     q.add_argument("--config", help=live_help)
+    mo = sub.add_parser("models", help="the live daemon: its duration model, what it looks at, and its refits")
+    mo.add_argument("--config", help=live_help)
     e = sub.add_parser("explain", help="explain a decision: `explain job ID` (live daemon, or --sim-out DIR)")
     e.add_argument("--config", help=live_help)
     # Checked in main, not with choices=: argparse would call the argument "job" in its error.
@@ -183,7 +185,7 @@ def main(argv=None) -> int:
             return cmd_simulate(args)
         if args.command == "tune":
             return cmd_tune(args)
-        if args.command in ("status", "queue") or (args.command == "explain" and not args.sim_out):
+        if args.command in ("status", "queue", "models") or (args.command == "explain" and not args.sim_out):
             from .admin_cli import cmd_live
 
             return cmd_live(args)

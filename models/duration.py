@@ -513,6 +513,13 @@ class DurationModel:
         feats = compute_features(row_df, history_df, self._origin(origin), self.history_k)
         return self.explain_features(feats)
 
+    def term_importances(self) -> dict[str, float]:
+        """Global importance per term (mean |contribution| over the training jobs, log1p seconds),
+        largest first: what the model looks at, as InterpretML's global explanation gives it."""
+        self._check_fitted()
+        pairs = sorted(zip(self.ebm_.term_names_, self.ebm_.term_importances()), key=lambda p: (-p[1], p[0]))
+        return {str(k): float(v) for k, v in pairs}
+
     def explain_features(self, feats: pd.DataFrame) -> Explanation:
         """``explain`` for one job whose model inputs were already computed (``compute_features``
         at its submission), e.g. saved next to a simulation; no job history needed."""

@@ -419,6 +419,45 @@ def explain_live_estimate(cfg, store, record, since: int | None = None) -> dict:
     return _compare(out, record)
 
 
+def models_summary(cfg, store, refits: int = 10) -> dict:
+    """The live duration model as data (`lucidctl models`): the current version, how and on what it
+    was fitted, its holdout figures, what it looks at (global term importances), and the last refits."""
+    from models.base import ModelError
+    from models.update import ModelStore
+
+    out = {"models_dir": str(cfg.models.dir), "min_history_jobs": cfg.models.min_history_jobs,
+           "history_jobs": None, "current": None, "problem": None, "refits": []}
+    try:
+        out["history_jobs"] = store.history_count()
+        out["refits"] = [{"version": v.version, "at": v.at, "decision": v.decision,
+                          "reason": str(json.loads(v.detail or "{}").get("reason", ""))}
+                         for v in store.model_versions(50) if v.kind == "duration"][:refits]
+    except Exception as exc:  # noqa: BLE001 - the model file is the answer; its log is a detail
+        out["problem"] = f"the refit log could not be read ({exc})"
+    try:
+        loaded = ModelStore(cfg.models.dir).load_current("duration")
+    except (ModelError, OSError) as exc:
+        out["problem"] = f"no usable duration model in {cfg.models.dir}: {exc}"
+        return out
+    if loaded is None:
+        return out
+    info = next((json.loads(v.detail or "{}") for v in store.model_versions(50)
+                 if v.kind == "duration" and v.version == loaded.version), {}) if out["refits"] else {}
+    model = loaded.model
+    try:
+        terms = [{"term": k, "importance": v} for k, v in model.term_importances().items()]
+    except Exception as exc:  # noqa: BLE001 - a model without EBM terms
+        terms, out["problem"] = [], f"the model's terms cannot be read ({exc})"
+    metrics = info.get("metrics") or {}
+    out["current"] = {
+        "version": loaded.version, "file": str(loaded.path), "fallback": bool(loaded.fallback),
+        "fallback_reason": getattr(loaded, "message", "") or None,
+        "fitted_at": info.get("time"), "trigger": info.get("trigger"), "train_rows": info.get("train_rows"),
+        "holdout": metrics.get("candidate"), "features": list(getattr(model, "features_", []) or []),
+        "dropped_features": list(getattr(model, "dropped_features_", []) or []), "terms": terms}
+    return out
+
+
 def _compare(out: dict, record) -> dict:
     """`matches_estimate`: does the figure recomputed now agree (1 %) with the one lucidd used?"""
     used = float(record.estimate_s)
@@ -640,6 +679,9 @@ class LucidDecider(Decider):
 
     def explain_estimate(self, store, record) -> dict:
         return explain_live_estimate(self.cfg, store, record)
+
+    def describe_models(self, store) -> dict:
+        return models_summary(self.cfg, store)
 
     # -- background --------------------------------------------------------------------------------
     def background(self, store, now: int) -> str | None:

@@ -101,6 +101,10 @@ class Decider:
         """Why `record` got its duration estimate, as data (`lucidctl explain job ID`), or None."""
         return None
 
+    def describe_models(self, store: Store) -> dict | None:
+        """The decider's models as data (`lucidctl models`), or None when it has none."""
+        return None
+
 
 def load_decider(spec: str, config) -> Decider:
     import importlib

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-from lucidd.admin_cli import explain_data, queue_data, status_data
+from lucidd.admin_cli import explain_data, models_data, queue_data, status_data
 
 from .test_reconcile_recovery import cluster, run_cycles, start_profiling_run  # noqa: F401 (fixture)
 
@@ -61,6 +61,8 @@ VALUES = {
     "status": {"inbox", "profiling", "requeued", "released"},
     "queue": {"pending", "admitted", "requeued", "released", "finished", "skipped", "abandoned", "default",
               "explain", "queue", "status", "jobs_needing_attention"},
+    "models": {"first", "scheduled", "retry", "drift", "manual", "swapped", "rejected", "skipped", "failed",
+               "null", "explain", "decider"},
     "explain": {"profile", "release", "requeue", "sitefactor", "applied", "failed", "planned", "done",
                 "jobs_by_phase", "ebm", "fallback", "default", "none", "unavailable", "estimate", "dir",
                 "history_days", "explain", "null"},
@@ -114,3 +116,14 @@ def test_explain_prints_what_docs_cli_md_documents(cluster):  # noqa: F811
     assert d["order"]["explanation"]["kind"] == "default", d["order"]  # no history read in this cluster
     _check("explain", _keys(d), _section("`--json explain job ID` prints one object:")
            + _section("`order.explanation` is why"))
+
+
+def test_models_prints_what_docs_cli_md_documents(tmp_path):
+    from .test_live_explain import _daemon_with_a_model
+
+    cfg, store, _ = _daemon_with_a_model(tmp_path)
+    d = models_data(cfg, store)
+    assert d["current"] and d["current"]["terms"] and d["refits"]
+    d["current"]["holdout"] = {"n": 10, "mae_s": 1.0, "median_abs_log_error": 0.5, "mae_log1p": 0.6,
+                               "spearman": 0.7}  # as a refit with held-out jobs records it
+    _check("models", _keys(d), _section("`--json models` prints"))

@@ -114,3 +114,28 @@ def test_fallback_and_default_estimates_say_which_rule(tmp_path):
     e = explain_data(cfg, store, 9)["order"]["explanation"]
     assert e["kind"] == "none" and set(e) == {"kind", "model_version", "model_seconds", "intercept", "terms",
                                               "reason", "matches_estimate"}
+
+
+def test_models_shows_the_current_model_what_it_looks_at_and_its_refits(tmp_path, capsys):
+    from lucidd.admin_cli import models_data, models_text
+
+    cfg, store, d = _daemon_with_a_model(tmp_path)
+    m = models_data(cfg, store)
+    c = m["current"]
+    assert c["version"] == 1 and c["train_rows"] == 400 and c["trigger"] == "first" and not c["fallback"]
+    assert c["terms"] and c["terms"][0]["importance"] > 0 and c["terms"][0]["importance"] >= c["terms"][-1]["importance"] >= 0
+    assert "gpu_num" in {t["term"] for t in c["terms"]} and "gpu_num" in c["features"]
+    assert [(r["version"], r["decision"]) for r in m["refits"]] == [(1, "swapped")]
+    text = "\n".join(models_text(m))
+    assert text.startswith("duration model: EBM v1") and "what it looks at" in text and "v1 swapped" in text
+    # before any fit: the rule of means, and how many jobs the first fit needs
+    empty = config_from_dict({"daemon": {"state_dir": str(tmp_path / "b")}, "models": {"dir": str(tmp_path / "none")}})
+    store_b = Store(empty.database.url).create()
+    m = models_data(empty, store_b)
+    assert m["current"] is None and m["refits"] == [] and m["history_jobs"] == 0
+    assert "none yet" in models_text(m)[0] and "rule of means" in models_text(m)[0]
+    # a broken current file: the older version serves, and says so (there is none here: a problem)
+    (tmp_path / "models" / "duration-v0001.joblib").write_bytes(b"not a model")
+    m = models_data(cfg, store)
+    assert m["current"] is None and "no usable duration model" in m["problem"]
+    assert models_text(m)[0].startswith("duration model: none usable") and "!" in "\n".join(models_text(m))
