@@ -98,6 +98,14 @@ def profiling_skip_reason(p, j, record) -> str | None:
         return f"asks for {j.gpus} GPUs > Nprof {p.nprof_gpus}"
     if not j.requeue:
         return "submitted with --no-requeue: Slurm cannot restart it after profiling"
+    if not getattr(j, "batch", True):
+        # salloc/srun: Slurm requeues only batch jobs, so a session admitted to profiling would run
+        # to its end there, ahead of every queue, holding the profiling room (an admin trial)
+        return "an interactive allocation (salloc/srun): Slurm requeues only batch jobs"
+    if getattr(j, "deadline", None):
+        # the restart after Tprof starts its time limit again: Slurm cancels it (DEADLINE) when what
+        # is left before the deadline is shorter (an admin trial lost a job that fitted without lucidd)
+        return "has a --deadline: the restart after profiling could make it miss it"
     if j.array_pending:
         return "a job array: its tasks go to their partition together"
     if j.held:

@@ -77,6 +77,8 @@ class LiveJob:
     exclusive: bool = False  # --exclusive: it takes whole nodes, whatever GPUs it asks for
     het_job_id: int = 0  # a heterogeneous job's leader id (0: not one); Slurm lists each component
     het_job_offset: int = 0  # the component's index (0: the leader, which lucidd acts through)
+    batch: bool = True  # False for an interactive allocation (salloc, srun): Slurm requeues only batch jobs
+    deadline: int | None = None  # sbatch --deadline (Unix seconds): Slurm cancels the job if it cannot end by then
 
     @property
     def pending(self) -> bool:

@@ -62,7 +62,8 @@ class PySlurmBackend(SlurmBackend):  # pragma: no cover - needs a pyslurm that m
                 comment=d.get("comment") or "", admin_comment=d.get("admin_comment") or "",
                 priority=int(d.get("priority") or 0),
                 required_nodes=d.get("required_nodes") or "", excluded_nodes=d.get("excluded_nodes") or "",
-                node_names=tuple(n for n in str(d.get("nodes") or "").split(",") if n and "[" not in n)))
+                node_names=tuple(n for n in str(d.get("nodes") or "").split(",") if n and "[" not in n),
+                batch=bool(d.get("is_batch", d.get("batch_flag", True))), deadline=int(d.get("deadline") or 0) or None))
         nodes = parse_sinfo(self.runner.run_json(["sinfo", "--json"]))
         parts = parse_partitions(self.runner.run(["scontrol", "-o", "show", "partition"]), nodes)
         return ClusterSnapshot(now, jobs, parts, nodes)

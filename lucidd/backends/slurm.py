@@ -247,6 +247,8 @@ def parse_job(rec: dict) -> LiveJob:
         exclusive=str(rec.get("shared") or "").lower() == "none",  # 22.05's word for --exclusive
         het_job_id=json_int(rec.get("het_job_id"), 0) or 0,
         het_job_offset=json_int(rec.get("het_job_offset"), 0) or 0,
+        batch=bool(rec.get("batch_flag", True)),
+        deadline=json_time(rec.get("deadline")) or None,  # 0: none
     )
 
 

@@ -30,13 +30,18 @@ def test_exclusive_het_and_begin_time_are_read_from_squeue():
     comp = _rec(job_id=64, het_job_id=63, het_job_id_set="63-64", het_job_offset=1)
     assert leader.het_job_id == 63 and not leader.het_component and comp.het_component
     assert _rec(state_reason="BeginTime").waits_for_begin_time and not _rec().waits_for_begin_time
+    # salloc/srun, and --deadline (22.05 prints 0 for none)
+    assert not _rec(batch_flag=False).batch and _rec(batch_flag=True).batch and _rec().batch
+    assert _rec(deadline=1795838494).deadline == 1795838494 and _rec(deadline=0).deadline is None
 
 
 # ----- skip rules ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw,why", [({"exclusive": True}, "--exclusive"),
                                     ({"het_job_id": 1}, "heterogeneous"),
-                                    ({"reason": "BeginTime"}, "begin time")])
+                                    ({"reason": "BeginTime"}, "begin time"),
+                                    ({"batch": False}, "interactive allocation (salloc/srun)"),
+                                    ({"deadline": NOW + 7200}, "--deadline")])
 def test_exclusive_heterogeneous_and_future_jobs_skip_profiling(decider, kw, why):  # noqa: F811
     """An --exclusive 1-GPU job counted 1 profiling GPU and held a whole node (four held the
     cluster); a het job's components were profiled apart, 12 GPUs on 2 nodes past Nprof 8; eight

@@ -556,3 +556,31 @@ def test_the_backends_requeue_leaves_an_ended_job_alone_and_requeues_a_running_o
     assert after[ended][0] == "COMPLETED" and after[ended][2] == 0, after  # not requeued: it ran once
     assert after[running][2] == 1, after  # requeued
     sh("scancel", str(running))
+
+
+def test_interactive_and_deadline_jobs_go_to_their_partition_unprofiled(clean_cluster, tmp_path, job_script,
+                                                                         lucidd_factory):
+    """An admin trial (28 November 2026): a `salloc` session admitted to profiling could not be
+    requeued (Slurm requeues only batch jobs), so it ran to its end there, ahead of every queue,
+    holding the profiling room; and a `--deadline` job that fitted without lucidd was cancelled
+    (DEADLINE) after its restart."""
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
+    daemon = lucidd_factory(cfg).start()
+    session = subprocess.Popen(["salloc", "--gres=gpu:1", "-J", "session", "sleep", "6"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = sbatch(job_script, 5, "--gres=gpu:1", "--deadline=now+3600", "-t", "5", name="deadline")
+    try:
+        wait_until(lambda: {j["name"] for j in squeue() if j["partition"] == "main"} >= {"session", "deadline"}
+                   or session.poll() is not None, 60, "both jobs to reach main")
+        session.wait(timeout=60)
+    finally:
+        if session.poll() is None:
+            session.kill()
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+    rows = {r.name: r for r in store.jobs().values()}
+    assert "interactive allocation" in rows["session"].profile_reason, rows["session"].profile_reason
+    assert "--deadline" in rows["deadline"].profile_reason, rows["deadline"].profile_reason
+    wait_until(lambda: not active_jobs(), 60, "both jobs to end")
+    runs = sacct_runs([deadline])
+    assert [(p, s) for p, s, _ in runs[deadline]] == [("main", "COMPLETED")], runs
+    daemon.stop()
