@@ -328,7 +328,9 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
         elif used + g <= cap:
             used += g
             plan.profile.append((job_id, f"profiling: {g} GPU(s), least-GPUs-first, "
-                                             f"{used}/{cap} profiling GPUs in use, Tprof {tprof} s"))
+                                             f"{used}/{cap} profiling GPUs in use, Tprof {tprof} s"
+                                             + (f" (up to {long_s} s if it is among the oldest runs within "
+                                                f"long_share then)" if long_budget else "")))
         else:
             break  # strict least-GPUs-first: nothing bigger fits either
     return plan
