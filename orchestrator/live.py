@@ -258,7 +258,17 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
             if ran < long_s:  # requeued at this cycle, it holds no GPU past it: room for a younger run
                 long_used += j.gpus
         own = getattr(j, "time_limit_s", None)
-        if ran >= limit and own is not None and own <= limit + grace:
+        ends_by_own_limit = own is not None and own <= limit + grace
+        warning = getattr(j, "requeue_warning", None)
+        if warning and limit - warning[2] <= ran < limit and not ends_by_own_limit:
+            # asked for in its comment (lucid:signal=): Slurm's requeue sends only SIGTERM, then
+            # SIGKILL after KillWait, and a job's own --signal is for its time limit (an admin trial:
+            # a job that checkpoints on SIGUSR1, as PyTorch Lightning's does, lost its profiling run)
+            sig, batch_only, _ = warning
+            plan.signal.append((j.job_id, sig, batch_only, limit,
+                                f"{'B:' if batch_only else ''}{sig} {limit - ran} s before its requeue at Tprof "
+                                f"{limit} s, as its comment asks (lucid:signal=)"))
+        if ran >= limit and ends_by_own_limit:
             # Slurm ends it at its own limit within the grace (its limit check runs every ~30 s, so
             # the two race): requeued, it would run its whole limit again in its partition and be
             # killed there too (seen on the test cluster: 162 s of GPU time on a 60 s limit)

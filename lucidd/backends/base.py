@@ -16,6 +16,12 @@ from ..errors import LucidError
 PARTITION_TAG = "lucid:partition="
 #: a job whose comment holds this never goes through the profiling partition.
 NOPROFILE_TAG = "lucid:noprofile"
+# `--comment "lucid:signal=[B:]SIG@SECONDS"`: the job asks lucidd for a warning signal before its
+# profiling run is requeued, as `sbatch --signal` would give it before its time limit (Slurm's
+# requeue sends no such warning, and 22.05 does not report a job's --signal to lucidd).
+SIGNAL_TAG_RE = re.compile(r"(?:^|\s)lucid:signal=(B:)?(?:SIG)?([A-Z][A-Z0-9]*)@([0-9]+)(?=\s|$)", re.IGNORECASE)
+# Signals a job may ask for: those a checkpointing job traps (not KILL or STOP, which cannot be).
+WARNING_SIGNALS = ("USR1", "USR2", "URG", "HUP", "INT", "ALRM", "TERM", "CONT")
 
 _PARTITION_RE = re.compile(re.escape(PARTITION_TAG) + r"([^\s]+)")
 
@@ -101,6 +107,15 @@ class LiveJob:
     @property
     def opted_out_of_profiling(self) -> bool:
         return NOPROFILE_TAG in (self.comment or "")
+
+    @property
+    def requeue_warning(self) -> tuple[str, bool, int] | None:
+        """(signal name, batch shell only, seconds before the requeue) that the job asked for with
+        `lucid:signal=[B:]SIG@SECONDS` in its comment, or None (also for a signal lucidd does not send)."""
+        m = SIGNAL_TAG_RE.search(self.comment or "")
+        if m is None or m.group(2).upper() not in WARNING_SIGNALS:
+            return None
+        return m.group(2).upper(), bool(m.group(1)), int(m.group(3))
 
     @property
     def waits_for_begin_time(self) -> bool:
@@ -196,6 +211,11 @@ class Backend:
 
     def requeue(self, job_id) -> None:
         """Requeue the job if it has not ended (a job that ended meanwhile is left alone, silently)."""
+        raise NotImplementedError
+
+    def signal(self, job_id, signal: str, batch_only: bool) -> None:
+        """Send a running job a signal: to its batch shell (batch_only) or to its steps, as
+        `sbatch --signal=[B:]SIG` would."""
         raise NotImplementedError
 
     def set_site_factor(self, job_ids, value: int) -> None:

@@ -18,7 +18,7 @@ import subprocess
 import time
 from collections import Counter
 
-from .base import Backend, BackendError, ClusterSnapshot, LiveJob, NodeGPUs, Partition
+from .base import WARNING_SIGNALS, Backend, BackendError, ClusterSnapshot, LiveJob, NodeGPUs, Partition
 
 log = logging.getLogger("lucidd.slurm")
 
@@ -431,6 +431,13 @@ class SlurmBackend(Backend):
         # batch job, which then runs again from the start; lucidd checks the state right before, and
         # this closes the milliseconds between that check and the request.
         self.runner.run(["scontrol", "requeue", "Incomplete", str(int(job_id))])
+
+    def signal(self, job_id, signal: str, batch_only: bool) -> None:
+        # as `sbatch --signal`: B: to the batch shell alone, else to the job's steps (scancel's
+        # default for a signal other than KILL)
+        if signal not in WARNING_SIGNALS:
+            raise ValueError(f"signal {signal!r} is not one lucidd sends")
+        self.runner.run(["scancel", f"--signal={signal}", *(["--batch"] if batch_only else []), str(int(job_id))])
 
     def set_site_factor(self, job_ids, value: int) -> None:
         value = int(value)

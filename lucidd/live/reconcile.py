@@ -78,6 +78,7 @@ class Plan:
     release: list = field(default_factory=list)  # [(job_id, reason)]: skip profiling
     requeue: list = field(default_factory=list)  # [(job_id, reason)]: Tprof reached
     abandon: list = field(default_factory=list)  # [(job_id, reason)]: leave to finish in profiling
+    signal: list = field(default_factory=list)  # [(job_id, signal, batch_only, Tprof, reason)]: warn before the requeue
     site_factors: dict = field(default_factory=dict)  # job_id -> (value, rank, reason)
     estimates: dict = field(default_factory=dict)  # job_id -> (seconds, source)
     notes: list = field(default_factory=list)
@@ -809,6 +810,8 @@ class Reconciler:
         keys = ([key("sitefactor", jid, records, v[0]) for jid, v in sf.items()
                  if jid in records and records[jid].site_factor != v[0]]
                 + [key("requeue", jid, records) for jid, _ in plan.requeue]
+                + [key("signal", jid, records, seen[jid].restart_count, at) for jid, _, _, at, _ in plan.signal
+                   if jid in seen]
                 + [key("release", j.job_id, records, "profiled") for j in releasing]
                 + [key("profile", jid, records) for jid, _ in plan.profile]
                 + [key("release", jid, records, "direct", seen[jid].restart_count) for jid, _ in plan.release
@@ -868,6 +871,17 @@ class Reconciler:
                 r.profile_reason = f"{reason}; Slurm refuses to requeue it ({refused[jid]}): it finishes in profiling"
                 log.warning("job %s: %s", jid, r.profile_reason)
                 changed[jid] = r
+        # the warning a job asked for before its requeue (lucid:signal= in its comment), once per run
+        for jid, sig, batch_only, at_tprof, reason in plan.signal:
+            j = seen.get(jid)
+            if j is None or j.state != "RUNNING" or jid not in records:
+                continue
+            # once per run and Tprof: a run kept to long_tprof_s is warned again before that
+            if self._act_batch([(key("signal", jid, records, j.restart_count, at_tprof), jid, "signal",
+                                 {"signal": sig, "batch": batch_only}, reason)],
+                               lambda ids, sig=sig, b=batch_only: self.backend.signal(ids[0], sig, b), now,
+                               applied=applied):
+                n += 1
         for jid, reason in plan.abandon:
             r = records.get(jid)
             if r is not None and r.profile != "abandoned":

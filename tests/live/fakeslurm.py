@@ -49,6 +49,7 @@ class FakeSlurm:
         self.prints("sinfo", DATA / sinfo)
         self.script("scontrol", 'if [ "$1" = "-o" ]; then cat ' + shlex.quote(str(DATA / partitions)) + "; fi\nexit 0")
         self.prints("sacct", DATA / "sacct_finished.json")
+        self.script("scancel", "exit 0")
         return self
 
 

@@ -39,6 +39,7 @@ class MemSlurm(Backend):
         # called with the job id when lucidd asks for a job's state right before a requeue: a test
         # ends the job there to play a run that ended after the cycle's snapshot
         self.before_requeue_check = None
+        self.signals = []  # (job_id, signal, batch_only) sent
 
     # -- what a test does to the cluster ----------------------------------------------------------
     def submit(self, job_id: int, partition="main", gpus=1, **kw) -> LiveJob:
@@ -115,6 +116,9 @@ class MemSlurm(Backend):
                 self.slurm_requeue(jid)
 
         self._call("requeue", [job_id], incomplete)
+
+    def signal(self, job_id: int, signal: str, batch_only: bool) -> None:
+        self._call("signal", [job_id], lambda jid: self.signals.append((jid, signal, batch_only)))
 
     def set_site_factor(self, job_ids, value: int) -> None:
         self._call("sitefactor", job_ids, lambda jid: None)

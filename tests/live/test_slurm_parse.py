@@ -456,6 +456,8 @@ def test_write_commands(fake):
     b.move([15, 16], "profiling", exclude="gpu3,gpu4")
     b.move([15], "main", start_now=True, exclude="")
     b.requeue(14)
+    b.signal(14, "USR1", True)
+    b.signal(15, "USR2", False)
     b.set_site_factor([33, 34], 999_000_000)
     b.set_partition_up("inbox", True)
     b.set_partition_up("inbox", False)
@@ -465,6 +467,8 @@ def test_write_commands(fake):
         ["scontrol", "update", "jobid=15,16", "partition=profiling", "excnodelist=gpu3,gpu4"],
         ["scontrol", "update", "jobid=15", "partition=main", "starttime=now", "excnodelist="],
         ["scontrol", "requeue", "Incomplete", "14"],
+        ["scancel", "--signal=USR1", "--batch", "14"],
+        ["scancel", "--signal=USR2", "15"],
         ["scontrol", "update", "jobid=33,34", "sitefactor=999000000"],
         ["scontrol", "update", "partitionname=inbox", "state=UP"],
         ["scontrol", "update", "partitionname=inbox", "state=DOWN"],
@@ -478,6 +482,8 @@ def test_job_ids_must_be_integers(fake):
         b.move(["12;rm -rf /"], "main")
     with pytest.raises(ValueError):
         b.requeue("1 2")
+    with pytest.raises(ValueError):
+        b.signal(1, "KILL", False)
     assert fake.calls() == []
 
 

@@ -185,3 +185,63 @@ def test_a_completing_requeue_is_not_taken_for_a_new_start(cluster):  # noqa: F8
     slurm.jobs[84].state, slurm.jobs[84].start_time = "COMPLETING", int(clock.t) + 5
     run_cycles(rec_, clock, 20)
     assert store.job(84).start_time == first
+
+
+# ----- a warning signal before the requeue (lucid:signal= in the comment) -----------------------
+
+def test_the_requeue_warning_is_read_from_the_comment():
+    assert _rec(comment="lucid:signal=B:USR1@90").requeue_warning == ("USR1", True, 90)
+    assert _rec(comment="lr=0.1 lucid:signal=SIGUSR2@30 x").requeue_warning == ("USR2", False, 30)
+    assert _rec(comment="lucid:signal=usr1@5").requeue_warning == ("USR1", False, 5)
+    for bad in ("lucid:signal=KILL@30", "lucid:signal=USR1", "lucid:signal=USR1@", "xlucid:signal=USR1@9", ""):
+        assert _rec(comment=bad).requeue_warning is None, bad
+
+
+def test_a_job_that_asks_is_signalled_once_before_each_requeue_point(cluster):  # noqa: F811
+    """An admin trial (28 November 2026): a job that checkpoints on SIGUSR1 (PyTorch Lightning's
+    auto-requeue, submitit) got no warning before lucidd's requeue, which sends only SIGTERM, and
+    lost its profiling run."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False, long_tprof_s=0)
+    rec = lucidd()
+    slurm.submit(5, partition="main", gpus=1, comment="lucid:signal=B:USR1@60")
+    run_cycles(rec, clock, 10)
+    slurm.start(5)
+    run_cycles(rec, clock, 530)
+    assert slurm.signals == []  # more than 60 s before Tprof (600 s)
+    run_cycles(rec, clock, 40)
+    assert slurm.signals == [(5, "USR1", True)]  # once, in the minute before the requeue
+    run_cycles(rec, clock, 40)
+    assert slurm.signals == [(5, "USR1", True)] and store.job(5).phase in ("requeued", "released")
+    (act,) = [a for a in store.actions_for(5) if a.kind == "signal"]
+    assert act.status == "applied" and "before its requeue at Tprof 600 s" in act.reason
+    # a job that did not ask gets none
+    slurm.submit(6, partition="main", gpus=1)
+    run_cycles(rec, clock, 10)
+    slurm.start(6)
+    run_cycles(rec, clock, 620)
+    assert [s for s in slurm.signals if s[0] == 6] == []
+
+
+def test_a_run_whose_own_limit_ends_it_gets_no_warning(cluster):  # noqa: F811
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False, long_tprof_s=0)
+    rec = lucidd()
+    j = slurm.submit(7, partition="main", gpus=1, comment="lucid:signal=USR1@60")
+    j.time_limit_s = 600  # Slurm ends it at Tprof: no requeue comes, its own --signal is for that
+    run_cycles(rec, clock, 10)
+    slurm.start(7)
+    run_cycles(rec, clock, 600)
+    assert slurm.signals == []
+
+
+def test_a_run_kept_past_tprof_is_warned_again_before_long_tprof(cluster):  # noqa: F811
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False, long_tprof_s=1200,
+                                               long_share=1.0)
+    rec = lucidd()
+    slurm.submit(8, partition="main", gpus=1, comment="lucid:signal=USR1@60")
+    run_cycles(rec, clock, 10)
+    slurm.start(8)
+    run_cycles(rec, clock, 620)  # warned before 600 s; kept as a long run, not requeued
+    assert slurm.signals == [(8, "USR1", False)] and store.job(8).phase == "profiling"
+    run_cycles(rec, clock, 600)
+    assert slurm.signals == [(8, "USR1", False)] * 2  # and again before 1,200 s
+    assert store.job(8).phase in ("requeued", "released")

@@ -584,3 +584,31 @@ def test_interactive_and_deadline_jobs_go_to_their_partition_unprofiled(clean_cl
     runs = sacct_runs([deadline])
     assert [(p, s) for p, s, _ in runs[deadline]] == [("main", "COMPLETED")], runs
     daemon.stop()
+
+
+def test_a_job_that_asks_gets_its_warning_signal_before_the_requeue(clean_cluster, tmp_path, lucidd_factory):
+    """`--comment lucid:signal=B:USR1@4`: the batch shell gets SIGUSR1 about 4 s before lucidd
+    requeues its profiling run (Tprof 8 s here), saves, and resumes after the restart; Slurm's
+    requeue itself sends only SIGTERM (an admin trial: a Lightning-style job lost its run)."""
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
+    script = tmp_path / "ckpt.sh"
+    script.write_text("#!/bin/bash\n"
+                      "trap 'echo \"usr1 $(date +%s) step=$step\"; echo $step > \"$1.ckpt\"' USR1\n"
+                      "step=$(cat \"$1.ckpt\" 2>/dev/null || echo 0)\n"
+                      "echo \"start $(date +%s) restarts=${SLURM_RESTART_COUNT:-0} from=$step\"\n"
+                      "while [ $step -lt 30 ]; do sleep 1 & wait; step=$((step+1)); done\n"
+                      "echo \"done $(date +%s)\"\n")
+    script.chmod(0o755)
+    daemon = lucidd_factory(cfg).start()
+    out = tmp_path / "ckpt"
+    job = int(sh("sbatch", "--parsable", "-J", "ckpt", "-o", f"{out}.out", "--gres=gpu:1",
+                 "--comment", "lucid:signal=B:USR1@4", str(script), str(out)).strip())
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] == job], 120, "the job to finish")
+    text = (tmp_path / "ckpt.out").read_text()
+    assert "usr1" in text and "restarts=1 from=" in text and "done" in text, text
+    resumed = int(re.search(r"restarts=1 from=(\d+)", text).group(1))
+    assert resumed >= 2, text  # it resumed from the step it saved at the warning, not from 0
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+    kinds = [(a.kind, a.status) for a in store.actions_for(job)]
+    assert kinds.index(("signal", "applied")) < kinds.index(("requeue", "applied")), kinds
+    daemon.stop()
