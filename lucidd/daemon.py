@@ -448,12 +448,24 @@ def failopen_main(argv=None) -> int:
     from .backends.slurm import SlurmBackend, SlurmRunner
     from .live.reconcile import heartbeat_age, open_inbox
 
-    cfg = _load_config_or_none("lucidd-failopen", args.config)
-    if cfg is None:
+    # Lenient: the last line of defence must not stay shut over a key it does not need (a newer
+    # lucidd's key after a rollback, a misspelling that also stops lucidd itself).
+    from .live.config import load_config_lenient
+
+    try:
+        cfg, ignored = load_config_lenient(args.config)
+    except ConfigError as exc:
+        print(f"lucidd-failopen: config error: {exc}", file=sys.stderr)
         return 2
+    _setup_logging(cfg.daemon.log_level)
     age = heartbeat_age(cfg.daemon.heartbeat_file)
     bound = cfg.daemon.failopen_after_s
-    if not args.force and age is not None and age <= bound:
+    acting = args.force or age is None or age > bound
+    for text in ignored:  # said when it acts (it runs every 15 s: not a line each time lucidd is fine)
+        logging.getLogger("lucidd").log(logging.WARNING if acting else logging.DEBUG,
+                                        "lucidd-failopen: %s: ignored (lucidd itself refuses it): %s",
+                                        args.config, text)
+    if not acting:
         return 0
     why = ("--force" if args.force else "no heartbeat file" if age is None
            else f"lucidd's heartbeat is {age:.0f} s old (> {bound:g} s)")

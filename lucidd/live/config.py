@@ -207,28 +207,54 @@ def _toml(value) -> str:
     return str(value)
 
 
-def config_from_dict(raw: dict, path: str | None = None) -> Config:
+# What lucidd-failopen reads: with `lenient`, a fault anywhere else in the file (a key a newer or
+# older lucidd knows, a misspelling, a bad value) is a warning, not a reason to leave jobs in a
+# closed inbox (an admin trial: a rolled-back package with the newer config failed open nowhere).
+FAILOPEN_SECTIONS = ("daemon", "slurm")
+
+
+def config_from_dict(raw: dict, path: str | None = None, lenient: list | None = None) -> Config:
+    """The checked Config. `lenient` (a list): unknown sections and keys, and bad values outside
+    FAILOPEN_SECTIONS, are appended to it as warnings and ignored (defaults used) instead of raised."""
     if not isinstance(raw, dict):
         raise ConfigError("configuration must be a TOML table")
-    for section in raw:
+
+    def fault(text, section=None):
+        if lenient is None or section in FAILOPEN_SECTIONS:
+            raise ConfigError(text)
+        lenient.append(text)
+
+    raw = dict(raw)
+    for section in list(raw):
         if section not in SCHEMA and not isinstance(raw[section], dict):
             home = [name for name, keys in SCHEMA.items() if section in keys]
-            raise ConfigError(f"{section}: a key outside any section"
-                              + (" (it belongs under " + " or ".join(f"[{h}]" for h in home) + ")" if home else
-                                 f" (keys go under a section: {', '.join(SCHEMA)})"))
-        if section not in SCHEMA:
-            raise ConfigError(f"[{section}]: unknown section (known: {', '.join(SCHEMA)})")
-        if not isinstance(raw[section], dict):
-            raise ConfigError(f"[{section}]: must be a table ([{section}] followed by key = value lines)")
+            fault(f"{section}: a key outside any section"
+                  + (" (it belongs under " + " or ".join(f"[{h}]" for h in home) + ")" if home else
+                     f" (keys go under a section: {', '.join(SCHEMA)})"))
+            raw.pop(section)
+        elif section not in SCHEMA:
+            fault(f"[{section}]: unknown section (known: {', '.join(SCHEMA)})")
+            raw.pop(section)
+        elif not isinstance(raw[section], dict):
+            fault(f"[{section}]: must be a table ([{section}] followed by key = value lines)", section)
+            raw.pop(section)
     sections = {}
     for section, keys in SCHEMA.items():
-        given = raw.get(section, {})
-        for key in given:
+        given = dict(raw.get(section, {}))
+        for key in list(given):
             if key not in keys:
-                raise ConfigError(f"[{section}] {key}: unknown key (known: {', '.join(keys)})")
-        sections[section] = {k: _check(section, k, spec, given[k]) if k in given else
-                             (list(spec.default) if isinstance(spec.default, list) else spec.default)
-                             for k, spec in keys.items()}
+                # unknown keys are warnings even in [daemon]/[slurm]: fail-open needs only the known ones
+                fault(f"[{section}] {key}: unknown key (known: {', '.join(keys)})")
+                given.pop(key)
+        values = {}
+        for k, spec in keys.items():
+            default = list(spec.default) if isinstance(spec.default, list) else spec.default
+            try:
+                values[k] = _check(section, k, spec, given[k]) if k in given else default
+            except ConfigError as exc:
+                fault(str(exc), section)
+                values[k] = default
+        sections[section] = values
     s = sections["slurm"]
     for key in ("inbox_partition", "profiling_partition", "default_partition"):
         if not s[key] or any(c.isspace() or c in ",=" for c in s[key]):
@@ -238,12 +264,12 @@ def config_from_dict(raw: dict, path: str | None = None) -> Config:
     if s["default_partition"] in (s["inbox_partition"], s["profiling_partition"]):
         raise ConfigError("[slurm] default_partition: must be a partition jobs run in, not the inbox or profiling")
     d = sections["daemon"]
-    if d["failopen_after_s"] < 2 * d["interval_s"]:
+    if d["failopen_after_s"] < 2 * d["interval_s"] and lenient is None:  # lucidd refuses to run with it
         raise ConfigError(f"[daemon] failopen_after_s: must be >= 2 x interval_s "
                           f"({2 * d['interval_s']:g}), else lucidd-failopen opens the inbox between two "
                           f"cycles of a running lucidd; got {d['failopen_after_s']:g}")
     o = sections["ordering"]
-    if o["aging_halflife_s"] > 0:
+    if o["aging_halflife_s"] > 0 and lenient is None:
         # The aged key grows by 1 per half-life since 2026; SiteFactor must stay inside Slurm's range
         # for decades, or every job would be clipped to the same value and Lucid's order lost.
         span = o["points_per_doubling"] * (64 + 30 * 365 * 86400 / o["aging_halflife_s"])
@@ -252,13 +278,24 @@ def config_from_dict(raw: dict, path: str | None = None) -> Config:
                               f"{o['aging_halflife_s']} overflows Slurm's SiteFactor range within 30 years "
                               f"(points_per_doubling x half-lives must stay below 9e8); lower one or raise the other")
     decider = sections["daemon"]["decider"]
-    if ":" not in decider:
+    if ":" not in decider and lenient is None:
         raise ConfigError(f"[daemon] decider: must be 'module:Class', got {decider!r}")
     return Config(sections, path)
 
 
 def load_config(path: str) -> Config:
     return load_config_and_toml(path)[0]
+
+
+def load_config_lenient(path: str) -> tuple[Config, list]:
+    """For lucidd-failopen: the Config and the warnings of what was ignored (config_from_dict's
+    `lenient`). Faults in [daemon] and [slurm] values, and unreadable files, still raise."""
+    raw = read_toml(path)
+    warnings: list = []
+    try:
+        return config_from_dict(raw, path, lenient=warnings), warnings
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def load_config_and_toml(path: str) -> tuple[Config, dict]:

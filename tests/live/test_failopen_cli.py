@@ -214,3 +214,32 @@ def test_an_inbox_slurm_does_not_have_is_a_config_error_not_a_silent_success(set
     cfg.write_text(cfg.read_text().replace("[slurm]\n", '[slurm]\ninbox_partition = "inbx"\n', 1))
     r = run(cfg, "--force")
     assert r.returncode == 2 and 'inbox_partition = "inbx": Slurm has no such partition' in r.stderr, r.stderr
+
+
+def test_keys_it_does_not_need_never_keep_the_inbox_shut(setup):
+    """An admin trial (28 November 2026) rolled the package back and kept the newer config: the old
+    lucidd-failopen refused the newer keys (exit 2) every 15 s and nothing failed open. It reads
+    [daemon] and [slurm]; an unknown key anywhere, or a bad value elsewhere, is said and ignored."""
+    fake, cfg, hb = setup
+    fake.cluster(squeue="squeue_inbox.json", partitions="partitions_inbox_down.txt")
+    cfg.write_text(cfg.read_text() + 'future_key = 1\n[profiler]\nlend_idle_gpus_v9 = true\ntprof_s = "ten"\n'
+                   '[ordering]\npoints_per_doubling = -4\n[future_section]\nx = 1\n')
+    from lucidd.live.config import load_config
+    from lucidd.errors import ConfigError
+
+    with pytest.raises(ConfigError):  # lucidd itself refuses it, with the first fault
+        load_config(str(cfg))
+    touch(hb, age_s=5)
+    r = run(cfg)
+    assert r.returncode == 0 and fake.calls() == [], r.stderr  # lucidd looks alive: nothing, and no noise
+    assert "ignored" not in r.stderr
+    touch(hb, age_s=3600)
+    r = run(cfg)
+    assert r.returncode == 0, r.stderr
+    assert fake.calls() == SNAPSHOT + INBOX_RELEASE
+    for key in ("[daemon] future_key", "[profiler] lend_idle_gpus_v9", "[profiler] tprof_s", "[future_section]"):
+        assert key in r.stderr, (key, r.stderr)
+    # what it needs must still be right: a bad [slurm] value is an error (exit 2, nothing called)
+    cfg.write_text(cfg.read_text().replace("command_timeout_s = 10", 'command_timeout_s = "x"'))
+    r = run(cfg)
+    assert r.returncode == 2 and "command_timeout_s" in r.stderr and fake.calls() == SNAPSHOT + INBOX_RELEASE
