@@ -12,6 +12,7 @@ import math
 import os
 import re
 import statistics
+import sys
 import time
 
 from .errors import LucidError
@@ -47,6 +48,18 @@ def _open(args):
         raise LucidError(f"{path}: database has no lucidd state yet ({type(exc).__name__})") from None
     if not has_state:  # raised inside the try it was caught above and lost its URL
         raise LucidError(f"{path}: database {_redact(store.url)} has no lucidd state yet (has lucidd run with this config?)")
+    from .live.store import SCHEMA_VERSION
+
+    found = store.schema_version()
+    if found is not None and found < 2:
+        # jobs.lent came with schema 2: every read of the jobs table fails on an older database, which
+        # read as "database unavailable" (an admin trial, between `pip install` and the restart)
+        raise LucidError(f"{path}: database {_redact(store.url)} has schema {found}, from an older lucidd; this "
+                         f"lucidctl reads schema 2 to {SCHEMA_VERSION}. The lucidd of this version upgrades it "
+                         "when it starts (docs/deploy.md, Upgrading); until then use the running lucidd's lucidctl")
+    if found is not None and found > SCHEMA_VERSION:
+        print(f"lucidctl: warning: database schema {found} was written by a newer lucidd than this lucidctl "
+              f"(schema {SCHEMA_VERSION}): what it added is not shown", file=sys.stderr)
     return cfg, store
 
 
@@ -89,6 +102,7 @@ def status_data(cfg, store, now=None) -> dict:
         "healthy": bool(healthy),
         "dry_run": dry,
         "version": store.get_meta("version"),
+        "schema_version": store.schema_version(),
         "started_at": _float(store.get_meta("started_at")),
         "stopped_at": stopped_at if stopped else None,
         "config": cfg.path,
@@ -409,7 +423,8 @@ def cmd_live(args) -> int:
                      "heartbeat is older than failopen_after_s)")
         else:
             state = "NOT healthy (no recent successful reconcile)"
-        print(f"lucidd {d['version'] or '?'}: {state}{' [dry-run]' if d['dry_run'] else ''}")
+        print(f"lucidd {d['version'] or '?'} (database schema {d['schema_version'] or '?'}): {state}"
+              f"{' [dry-run]' if d['dry_run'] else ''}")
         print(f"  config {d['config']}, database {d['database']}")
         runs = "ran" if d["stopped_at"] is not None else "runs"
         if d["daemon_config"] and d["daemon_config"] != d["config"]:

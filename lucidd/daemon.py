@@ -104,11 +104,13 @@ class Daemon:
                 return
             self._check_partitions()
             self._check_heartbeat_file()
-            self.store.create()
+            # the lock first: creating and upgrading the tables changes the schema under whoever holds
+            # it (an admin trial: a refused start had already altered a running lucidd's tables)
             if not self.store.hold_instance_lock():
                 raise LucidError(f"cannot start: another lucidd (live or --dry-run) runs on {_redact(self.cfg.database.url)}: "
                                  "stop it first, or give this one its own [database] url (`lucidd --once --dry-run` "
                                  "checks a config beside it)")
+            self.store.create()
             self._share_database_with_other_mode()
         except StoreError as exc:
             raise LucidError(f"cannot start: {exc}") from None
@@ -119,8 +121,10 @@ class Daemon:
         # what this lucidd runs with: `lucidctl status` read the file it was given, which an admin may
         # have edited since (an admin trial: status said Tprof 60 while the daemon ran with 20)
         self.store.set_meta("running_config", json.dumps(running_config(self.cfg), default=str))
-        log.info("lucidd %s started%s: database %s, backend %s, every %gs", __version__,
-                 " in dry-run (shadow) mode" if self.dry_run else "", _redact(self.cfg.database.url),
+        from .live.store import SCHEMA_VERSION
+
+        log.info("lucidd %s started%s: database %s (schema %d), backend %s, every %gs", __version__,
+                 " in dry-run (shadow) mode" if self.dry_run else "", _redact(self.cfg.database.url), SCHEMA_VERSION,
                  self.backend.name, self.cfg.daemon.interval_s)
 
     def _check_partitions(self):
@@ -273,7 +277,8 @@ class Daemon:
             if self.db_down_since is None:
                 self.db_down_since = self.clock()
                 self.db_error = str(exc)
-                log.error("database unavailable, lucidd stops acting and opens the inbox: %s", exc)
+                log.error("database unavailable, lucidd stops acting%s: %s",
+                          " (a dry run: the inbox is left as it is)" if self.dry_run else " and opens the inbox", exc)
             if not self.dry_run:
                 try:
                     open_inbox(self.backend, self.cfg, "lucidd's database is unavailable")
@@ -383,9 +388,14 @@ def main(argv=None) -> int:
     cfg = _load_config_or_none("lucidd", args.config)
     if cfg is None:
         return 2
+    from .live.store import SchemaTooNew
+
     try:
         daemon = Daemon(cfg, dry_run=args.dry_run, check=args.once and args.dry_run)
         daemon.start()
+    except SchemaTooNew as exc:  # exit 2 as a config error: systemd must not restart it into the same wall
+        print(f"lucidd: cannot start: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:  # a key the file's own checks pass but that cannot be used (decider, url)
         where = f"{cfg.path}: " if cfg.path and cfg.path not in str(exc) else ""
         print(f"lucidd: config error: {where}{exc}", file=sys.stderr)

@@ -15,8 +15,8 @@ import os
 import re
 from contextlib import contextmanager
 
-from sqlalchemy import (BigInteger, Boolean, Float, Integer, String, Text, create_engine, delete, event, func,
-                        insert, select, update)
+from sqlalchemy import (BigInteger, Boolean, Float, Integer, String, Text, create_engine, delete, event, false,
+                        func, insert, select, update)
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
@@ -34,6 +34,10 @@ _WIDENED = {"jobs": ("requested_partition", "target_partition", "user", "account
 
 class StoreError(LucidError):
     """The database cannot be reached or used: the daemon stops acting until it is back."""
+
+
+class SchemaTooNew(ConfigError):
+    """The database was written by a newer lucidd: this one must not use it (lucidd exits 2)."""
 
 
 class StoreURLError(StoreError, ConfigError):
@@ -81,7 +85,8 @@ class JobRow(Base):
     started_ahead_of: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # admitted to profiling on GPUs nobody waited for ([profiler] lend_idle_gpus): its Tprof is
     # long_tprof_s, and lucidd set its ExcNodeList (cleared when it leaves profiling)
-    lent: Mapped[bool] = mapped_column(Boolean, default=False)
+    # (a server default too: code that does not know the column can still add rows)
+    lent: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     def started_in_partition(self, profiling: str) -> bool:
         """Whether it has started outside the profiling partition (start_time is its latest start,
@@ -231,7 +236,25 @@ class Store:
                 dbapi_conn.autocommit = autocommit
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
+    def schema_version(self) -> int | None:
+        """The schema version the database records (None: no lucidd state, or unreadable)."""
+        try:
+            v = self.get_meta("schema_version")
+        except StoreError:
+            return None
+        try:
+            return int(v) if v is not None else None
+        except ValueError:
+            return None
+
     def create(self):
+        found = self.schema_version() if self.has_state() else None
+        if found is not None and found > SCHEMA_VERSION:
+            # a newer lucidd wrote it: this code would write rows it cannot make right (an admin trial
+            # rolled back and every cycle failed as a "database outage"), and used to lower the mark
+            raise SchemaTooNew(f"database {redact(self.url)} has schema {found}, written by a newer lucidd; this "
+                               f"lucidd knows schema {SCHEMA_VERSION}: run the newer version, or restore the "
+                               "database backup taken before the upgrade (docs/deploy.md, Upgrading)")
         with self._guard("create tables"):
             Base.metadata.create_all(self.engine)
             self._upgrade()
@@ -255,6 +278,10 @@ class Store:
         with self.engine.begin() as c:
             if "lent" not in have:
                 c.exec_driver_sql("ALTER TABLE jobs ADD COLUMN lent BOOLEAN DEFAULT FALSE")
+            elif dialect == "postgresql" and not next(col for col in insp.get_columns("jobs")
+                                                      if col["name"] == "lent").get("default"):
+                # schema 2-4 made it NOT NULL without a server default (SQLite cannot add one in place)
+                c.exec_driver_sql("ALTER TABLE jobs ALTER COLUMN lent SET DEFAULT FALSE")
             if dialect in ("postgresql", "mysql", "mariadb"):  # SQLite does not enforce a length
                 for table, cols in _WIDENED.items():
                     for col in insp.get_columns(table):

@@ -99,6 +99,34 @@ def test_a_database_of_schema_1_gains_the_lent_column(store):
     assert store.job(2).lent is True
 
 
+def test_a_database_a_newer_lucidd_wrote_is_refused_and_its_mark_kept(store):
+    """An admin trial (28 November 2026) rolled lucidd back: the older code lowered the schema mark
+    and failed every cycle as a "database outage". A newer schema is now refused, unchanged."""
+    from lucidd.live.store import SchemaTooNew
+
+    store.set_meta("schema_version", str(SCHEMA_VERSION + 1))
+    with pytest.raises(SchemaTooNew, match=f"schema {SCHEMA_VERSION + 1}, written by a newer lucidd"):
+        store.create()
+    assert store.schema_version() == SCHEMA_VERSION + 1
+
+
+def test_code_that_does_not_know_the_lent_column_can_still_add_jobs(store):
+    """A row written without `lent` (an older lucidd after a rollback) gets the database's default."""
+    from lucidd.live.store import JobRow
+
+    store.save_jobs([job(1)])
+    if store.engine.dialect.name == "postgresql":  # as schema 2-4 made it: create() adds the default
+        with store.engine.begin() as c:
+            c.exec_driver_sql("ALTER TABLE jobs ALTER COLUMN lent DROP DEFAULT")
+        store.create()
+    q = store.engine.dialect.identifier_preparer.quote
+    cols = [q(c.name) for c in JobRow.__table__.columns if c.name not in ("job_id", "lent")]
+    with store.engine.begin() as c:  # the columns an older lucidd knows, copied from job 1 as job 77
+        c.exec_driver_sql(f"INSERT INTO jobs (job_id, {', '.join(cols)}) SELECT 77, {', '.join(cols)} FROM jobs "
+                          "WHERE job_id = 1")
+    assert store.job(77).lent is False
+
+
 def test_a_partition_list_longer_than_200_characters_is_kept(store):
     """Slurm takes a `-p` list of up to 1,024 characters; on PostgreSQL a VARCHAR(200) column made
     every cycle's write fail (and lucidd fail open every cycle) for one such job."""

@@ -1,0 +1,56 @@
+"""Upgrading and rolling back lucidd over one database (an admin trial, 28 November 2026: four older
+versions to HEAD with jobs in flight, on SQLite and PostgreSQL). The upgrades kept every job; what
+failed was around them: a rolled-back lucidd on a newer database, a refused start that had already
+changed the schema, and lucidctl on an older one."""
+
+from __future__ import annotations
+
+import pytest
+
+from lucidd.errors import LucidError
+from lucidd.live.store import SCHEMA_VERSION, SchemaTooNew, Store
+
+from .memslurm import Clock, MemSlurm
+from .test_trial_faults import _daemon
+
+
+def test_a_lucidd_refuses_a_database_a_newer_lucidd_wrote(tmp_path):
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    _daemon(tmp_path, slurm, clock).start()  # creates the database
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+    store.set_meta("schema_version", str(SCHEMA_VERSION + 1))
+    with pytest.raises(SchemaTooNew, match="written by a newer lucidd.*restore the database backup"):
+        _daemon(tmp_path, slurm, clock).start()
+    assert store.schema_version() == SCHEMA_VERSION + 1  # not lowered
+
+
+def test_a_refused_start_changes_nothing_in_the_database(tmp_path):
+    """The instance lock is taken before the tables are created or upgraded: a second lucidd that is
+    refused has not altered the schema under the running one."""
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    first = _daemon(tmp_path, slurm, clock)
+    first.start()
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+    store.set_meta("schema_version", "3")  # as if the running one were older
+    with pytest.raises(LucidError, match="another lucidd"):
+        _daemon(tmp_path, slurm, clock).start()
+    assert store.schema_version() == 3
+
+
+def test_lucidctl_says_a_schema_1_database_waits_for_the_new_lucidd(tmp_path):
+    from types import SimpleNamespace
+
+    from lucidd.admin_cli import _open
+
+    clock = Clock()
+    _daemon(tmp_path, MemSlurm(clock), clock).start()
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+    with store.engine.begin() as c:
+        c.exec_driver_sql("ALTER TABLE jobs DROP COLUMN lent")
+    store.set_meta("schema_version", "1")
+    cfg_path = tmp_path / "lucidd.toml"
+    cfg_path.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
+    with pytest.raises(LucidError, match="has schema 1, from an older lucidd.*upgrades it when it starts"):
+        _open(SimpleNamespace(config=str(cfg_path)))
