@@ -21,6 +21,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -98,12 +99,14 @@ class Daemon:
 
         try:
             if self.check:
+                check_job_submit_lua()  # what an admin runs before restarting on an upgrade
                 self._open_for_check()
                 log.info("lucidd %s check (--once --dry-run): one cycle, nothing written to Slurm or %s",
                          __version__, _redact(self.cfg.database.url))
                 return
             self._check_partitions()
             self._check_heartbeat_file()
+            check_job_submit_lua()
             # the lock first: creating and upgrading the tables changes the schema under whoever holds
             # it (an admin trial: a refused start had already altered a running lucidd's tables)
             if not self.store.hold_instance_lock():
@@ -361,6 +364,33 @@ def _redact(url):
     from .live.store import redact
 
     return redact(url)
+
+
+_LUA_VERSION_RE = re.compile(r"LUCIDD_LUA_VERSION\s*=\s*([0-9]+)")
+
+
+def check_job_submit_lua(slurm_conf: str | None = None) -> str | None:
+    """Warn when the job_submit.lua beside slurm.conf is older than the one this lucidd ships: an
+    upgrade that did not copy it again left users able to move jobs into profiling, ahead of every
+    queue (an admin trial). Returns the warning, or None (current, or no such file here: a site
+    may keep it elsewhere)."""
+    conf = slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    installed = os.path.join(os.path.dirname(conf), "job_submit.lua")
+    shipped = os.path.join(os.path.dirname(__file__), "data", "slurm", "job_submit.lua")
+    try:
+        with open(installed, encoding="utf-8", errors="replace") as f:
+            have = _LUA_VERSION_RE.search(f.read())
+        with open(shipped, encoding="utf-8") as f:
+            want = _LUA_VERSION_RE.search(f.read())
+    except OSError:
+        return None
+    if want is None or (have is not None and int(have.group(1)) >= int(want.group(1))):
+        return None
+    text = (f"{installed} is lucidd's job_submit.lua version {have.group(1) if have else '1 or older'}, this "
+            f"lucidd ships version {want.group(1)} ({shipped}): copy it again, keeping your LUCIDD_USERS, and "
+            "`scontrol reconfigure` (docs/deploy.md, Upgrading)")
+    log.warning("%s", text)
+    return text
 
 
 def _load_config_or_none(prog, path):

@@ -54,3 +54,23 @@ def test_lucidctl_says_a_schema_1_database_waits_for_the_new_lucidd(tmp_path):
     cfg_path.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
     with pytest.raises(LucidError, match="has schema 1, from an older lucidd.*upgrades it when it starts"):
         _open(SimpleNamespace(config=str(cfg_path)))
+
+
+def test_a_job_submit_lua_older_than_the_shipped_one_is_said_at_start(tmp_path, caplog):
+    """An admin trial left the old job_submit.lua in place after an upgrade: a user then moved a job
+    into profiling, which starts ahead of every queue (the new one refuses that)."""
+    from pathlib import Path
+
+    from lucidd.daemon import check_job_submit_lua
+
+    shipped = (Path(__file__).resolve().parents[2] / "lucidd/data/slurm/job_submit.lua").read_text()
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("")
+    assert check_job_submit_lua(str(conf)) is None  # none beside slurm.conf: not ours to judge
+    (tmp_path / "job_submit.lua").write_text(shipped)
+    assert check_job_submit_lua(str(conf)) is None  # the current one
+    old = "\n".join(line for line in shipped.splitlines() if "LUCIDD_LUA_VERSION" not in line)
+    (tmp_path / "job_submit.lua").write_text(old)
+    text = check_job_submit_lua(str(conf))
+    assert text and "version 1 or older" in text and "copy it again" in text and "LUCIDD_USERS" in text
+    assert text in caplog.text

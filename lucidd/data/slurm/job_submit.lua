@@ -8,6 +8,11 @@
 -- The requested partition goes into AdminComment as `lucid:partition=NAME` (users cannot edit
 -- AdminComment). lucidd and lucidd-failopen move the job there when they release it.
 
+-- lucidd reads this line at its start and warns when the copy beside slurm.conf is older than the
+-- one it ships (an upgrade must copy this file again: docs/deploy.md, Upgrading). 2: users may not
+-- move jobs into profiling; the users lucidd runs as (LUCIDD_USERS) may move jobs.
+local LUCIDD_LUA_VERSION = 2
+
 local INBOX = "inbox"   -- keep equal to [slurm] inbox_partition in /etc/lucidd/lucidd.toml
 local PROFILING = "profiling"   -- keep equal to [slurm] profiling_partition
 local TAG = "lucid:partition="
