@@ -467,19 +467,11 @@ def cmd_live(args) -> int:
             if len(stuck) > 10:
                 print(f"    ... and {len(stuck) - 10} more (--json lists all)")
         return 0
-    if args.command == "models":
-        d = models_data(cfg, store)
-        if args.json:
-            print(json.dumps(d, indent=2, default=str))
-            return 0
-        print("\n".join(models_text(d)))
-        return 0
-    if args.command == "queue":
-        d = queue_data(cfg, store)
-        if args.json:
-            print(json.dumps(d, indent=2, default=str))
-            return 0
-        print("\n".join(queue_text(d)))
+    listing = {"models": (models_data, models_text), "queue": (queue_data, queue_text)}.get(args.command)
+    if listing is not None:
+        data, text = listing
+        d = data(cfg, store)
+        print(json.dumps(d, indent=2, default=str) if args.json else "\n".join(text(d)))
         return 0
     d = explain_data(cfg, store, args.id)
     if args.json:
