@@ -376,7 +376,8 @@ def models_text(d: dict | None) -> list:
         lines.append("last refits:")
         for r in d["refits"]:
             lines.append(f"  {_ts(r['at'])} v{r['version']} {r['decision']}: {r['reason']}")
-    lines.append("`lucidctl explain job ID` shows how these terms made one job's estimate.")
+    if c is not None and c["terms"]:
+        lines.append("`lucidctl explain job ID` shows how these terms made one job's estimate.")
     return lines
 
 
