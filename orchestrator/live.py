@@ -447,11 +447,12 @@ def models_summary(cfg, store, refits: int = 10) -> dict:
 
     out = {"models_dir": str(cfg.models.dir), "min_history_jobs": cfg.models.min_history_jobs,
            "history_jobs": None, "current": None, "problem": None, "refits": []}
+    logged = []  # the duration model's refits, newest first, with their details
     try:
         out["history_jobs"] = store.history_count()
+        logged = [(v, json.loads(v.detail or "{}")) for v in store.model_versions(50) if v.kind == "duration"]
         out["refits"] = [{"version": v.version, "at": v.at, "decision": v.decision,
-                          "reason": str(json.loads(v.detail or "{}").get("reason", ""))}
-                         for v in store.model_versions(50) if v.kind == "duration"][:refits]
+                          "reason": str(info.get("reason", ""))} for v, info in logged[:refits]]
     except Exception as exc:  # noqa: BLE001 - the model file is the answer; its log is a detail
         out["problem"] = f"the refit log could not be read ({exc})"
     try:
@@ -461,8 +462,7 @@ def models_summary(cfg, store, refits: int = 10) -> dict:
         return out
     if loaded is None:
         return out
-    info = next((json.loads(v.detail or "{}") for v in store.model_versions(50)
-                 if v.kind == "duration" and v.version == loaded.version), {}) if out["refits"] else {}
+    info = next((info for v, info in logged if v.version == loaded.version), {})
     model = loaded.model
     try:
         terms = [{"term": k, "importance": v} for k, v in model.term_importances().items()]
