@@ -177,15 +177,22 @@ class Daemon:
         import shutil
         import tempfile
 
-        from .live.store import ReadOnlyStore, Store
+        from .live.store import SCHEMA_VERSION, ReadOnlyStore, SchemaTooNew, Store
 
         base = self.store
-        if not self.store.has_state():  # StoreError (unreachable): cannot start
+        found = self.store.schema_version() if self.store.has_state() else None  # StoreError: cannot start
+        if found is not None and found > SCHEMA_VERSION:
+            raise SchemaTooNew(f"database {_redact(self.cfg.database.url)} has schema {found}, written by a newer "
+                               f"lucidd; this lucidd knows schema {SCHEMA_VERSION}: a check of it cannot read it")
+        if found is None or found < 2:
+            # none yet, or schema 1 (before 25 November 2026), which this version's reads cannot use
+            # until its own start upgrades it: the check that docs/deploy.md's upgrade step 1 runs
             tmp = tempfile.mkdtemp(prefix="lucidd-check-")
             atexit.register(shutil.rmtree, tmp, True)
             base = Store(f"sqlite:///{tmp}/check.db").create()
-            log.info("check: %s holds no lucidd state yet; deciding as a first start would",
-                     _redact(self.cfg.database.url))
+            log.info("check: %s %s; deciding as a first start would", _redact(self.cfg.database.url),
+                     "holds no lucidd state yet" if found is None else
+                     f"has schema {found}, which this lucidd upgrades to {SCHEMA_VERSION} when it starts")
         self.store = self.reconciler.store = ReadOnlyStore(base)
 
     def _share_database_with_other_mode(self):

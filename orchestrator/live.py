@@ -160,10 +160,45 @@ def run_tprof(p, record) -> int:
     return int(p.tprof_s)
 
 
+RECLAIM_POINT = 0  # the "Tprof" a warning before a reclaim of lent GPUs is keyed by
+
+
+def _warned_before_requeue(plan: Plan, j, warning, signalled: dict, now: int, ran: int, at: int,
+                           cap: float) -> bool:
+    """Whether the requeue of run `j` at its point `at` (its Tprof, or RECLAIM_POINT: now) may go.
+
+    A job that asked for a warning (`warning`: signal, batch shell only, SECONDS; None: it did not)
+    gets it from `at - SECONDS` on (plan.signal; the daemon sends it once per run and point), and
+    its requeue waits until min(SECONDS, `cap`) after it was sent (`signalled`: (job, restart,
+    point) -> when). A warning that could not go out in time (SECONDS shorter than a cycle, a cycle
+    that failed, lucidd restarting) is sent late rather than never, and one that cannot be sent at
+    all holds the run at most `cap` past its point (a review found requeues without the warning).
+    Slurm's requeue itself sends only SIGTERM, then SIGKILL after KillWait."""
+    if not warning:
+        return True
+    sig, batch_only, lead = warning
+    wait = min(lead, cap)
+    sent = signalled.get((j.job_id, j.restart_count, at))
+    if at == RECLAIM_POINT:
+        due, late = True, False
+    else:
+        due, late = ran >= at - lead, ran >= at + wait
+    if sent is None and due and not late:
+        when = ("before its lent GPUs are reclaimed" if at == RECLAIM_POINT else
+                f"{at - ran} s before its requeue at Tprof {at} s" if ran < at else
+                f"at its requeue point, Tprof {at} s (no cycle came earlier): the requeue waits for it")
+        plan.signal.append((j.job_id, sig, batch_only, at,
+                            f"{'B:' if batch_only else ''}{sig} {when}, as its comment asks (lucid:signal=)"))
+        return False
+    if sent is not None and now - sent < wait:
+        return late
+    return True
+
+
 def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, profiling_gpus: int,
                    plan: Plan | None = None, skip=None, capacity=None, queued: dict | None = None,
                    free: dict | None = None, lendable: tuple[int, int] = (0, 0), busy_nodes=(),
-                   away_s: float | None = None) -> Plan:
+                   away_s: float | None = None, signalled: dict | None = None) -> Plan:
     """One cycle's profiling decisions (plan.requeue, abandon, profile, release), as lucidd makes them.
 
     Tprof: a job running in profiling for >= Tprof is requeued; one that ran far past it while
@@ -192,6 +227,7 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     other runs past `tprof_s` go on to it too, oldest first, while they hold at most `long_share`
     of the profiling GPUs."""
     plan = plan if plan is not None else Plan()
+    signalled = signalled or {}
     skip = skip or (lambda j, r: profiling_skip_reason(p, j, r))
     capacity = capacity or (lambda queue_len: profiling_capacity(p, profiling_gpus, queue_len))
     tprof = p.tprof_s
@@ -239,11 +275,13 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
         if r.profile == "abandoned" or j.state != "RUNNING" or not j.start_time:
             continue
         ran = now - j.start_time
+        warning = getattr(j, "requeue_warning", None)
         if getattr(r, "lent", False) and getattr(p, "reclaim_lent", False) and j.node_names and \
                 any(n in busy_nodes for n in j.node_names):
             # lent GPUs are lent while nobody waits for them: someone now does, in a partition of its node
-            plan.requeue.append((j.job_id, f"ran {ran} s in profiling on lent GPUs: reclaimed, a job now "
-                                            f"waits in a partition of {','.join(j.node_names)}"))
+            if _warned_before_requeue(plan, j, warning, signalled, now, ran, RECLAIM_POINT, cap=grace / 2):
+                plan.requeue.append((j.job_id, f"ran {ran} s in profiling on lent GPUs: reclaimed, a job now "
+                                                f"waits in a partition of {','.join(j.node_names)}"))
             continue
         limit = run_tprof(p, r)
         kept = ""
@@ -259,15 +297,10 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
                 long_used += j.gpus
         own = getattr(j, "time_limit_s", None)
         ends_by_own_limit = own is not None and own <= limit + grace
-        warning = getattr(j, "requeue_warning", None)
-        if warning and limit - warning[2] <= ran < limit and not ends_by_own_limit:
-            # asked for in its comment (lucid:signal=): Slurm's requeue sends only SIGTERM, then
-            # SIGKILL after KillWait, and a job's own --signal is for its time limit (an admin trial:
-            # a job that checkpoints on SIGUSR1, as PyTorch Lightning's does, lost its profiling run)
-            sig, batch_only, _ = warning
-            plan.signal.append((j.job_id, sig, batch_only, limit,
-                                f"{'B:' if batch_only else ''}{sig} {limit - ran} s before its requeue at Tprof "
-                                f"{limit} s, as its comment asks (lucid:signal=)"))
+        # the warning the job asked for (lucid:signal=): planned from `limit - SECONDS` on, and the
+        # requeue waits for it (at most grace / 2 past Tprof when it could only be sent late)
+        may_requeue = ends_by_own_limit or _warned_before_requeue(plan, j, warning, signalled, now, ran, limit,
+                                                                   cap=grace / 2)
         if ran >= limit and ends_by_own_limit:
             # Slurm ends it at its own limit within the grace (its limit check runs every ~30 s, so
             # the two race): requeued, it would run its whole limit again in its partition and be
@@ -280,6 +313,8 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
         if ran > limit + grace and was_away:
             plan.abandon.append((j.job_id, f"ran {ran} s in profiling, past Tprof {limit} s + {grace:g} s "
                                             "(lucidd was away): left to finish there"))
+        elif not may_requeue:
+            continue  # its warning was sent this cycle or moments ago: the requeue follows it
         elif ran > limit + grace:
             plan.requeue.append((j.job_id, f"ran {ran} s >= Tprof {limit} s in profiling without ending (by "
                                             f"Slurm's clock; lucidd's last cycle was {away_s:.0f} s ago, so the "
@@ -387,8 +422,8 @@ def explain_live_estimate(cfg, store, record, since: int | None = None) -> dict:
     submitted = int(record.original_submit or record.first_seen or 0)
     job = pd.DataFrame({"job_id": [str(record.job_id)], "submit_time": [submitted], "gpu_num": [int(record.gpus)],
                         "user": [record.user], "vc": [record.target_partition], "name": [record.name]})
-    if since is None:
-        since = int(record.first_seen or submitted) - cfg.models.history_days * 86400
+    if since is None:  # the estimate is made when the job first waits in its partition: its release
+        since = int(record.released_at or record.first_seen or submitted) - cfg.models.history_days * 86400
     try:
         hist = history_frame(store.history(since))
     except Exception as exc:  # noqa: BLE001 - explain degrades; it never fails the command
@@ -425,8 +460,9 @@ def explain_live_estimate(cfg, store, record, since: int | None = None) -> dict:
     expl = model.explain(job, hist)
     fitted = f"EBM v{version}"
     try:
+        # the refit that made it: a later refit that kept it (rejected, skipped) logs the same version
         info = next((json.loads(v.detail or "{}") for v in store.model_versions(50)
-                     if v.kind == "duration" and v.version == version), None)
+                     if v.kind == "duration" and v.version == version and v.decision == "swapped"), None)
         if info and info.get("time") and info.get("train_rows"):
             fitted += (f", fitted {datetime.fromtimestamp(int(info['time'])).strftime('%Y-%m-%d %H:%M')} on the "
                        f"{int(info['train_rows']):,} jobs that had ended then")
@@ -462,7 +498,8 @@ def models_summary(cfg, store, refits: int = 10) -> dict:
         return out
     if loaded is None:
         return out
-    info = next((info for v, info in logged if v.version == loaded.version), {})
+    # the refit that made it: a later refit that kept it (rejected, skipped) logs the same version
+    info = next((info for v, info in logged if v.version == loaded.version and v.decision == "swapped"), {})
     model = loaded.model
     try:
         terms = [{"term": k, "importance": v} for k, v in model.term_importances().items()]
@@ -603,7 +640,7 @@ class LucidDecider(Decider):
                               capacity=lambda queue_len: self.capacity(inp, queue_len),
                               queued=inp.queued if gate else None, free=inp.free_gpus if gate else None,
                               lendable=(inp.lendable_gpus, inp.lendable_node_gpus), busy_nodes=inp.busy_nodes,
-                              away_s=inp.away_s)
+                              away_s=inp.away_s, signalled=inp.signalled)
         now = inp.now
         # Main queues: Lucid's order as SiteFactor.
         if self.cfg.ordering.enabled:

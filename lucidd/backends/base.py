@@ -19,7 +19,7 @@ NOPROFILE_TAG = "lucid:noprofile"
 # `--comment "lucid:signal=[B:]SIG@SECONDS"`: the job asks lucidd for a warning signal before its
 # profiling run is requeued, as `sbatch --signal` would give it before its time limit (Slurm's
 # requeue sends no such warning, and 22.05 does not report a job's --signal to lucidd).
-SIGNAL_TAG_RE = re.compile(r"(?:^|\s)lucid:signal=(B:)?(?:SIG)?([A-Z][A-Z0-9]*)@([0-9]+)(?=\s|$)", re.IGNORECASE)
+SIGNAL_TAG_RE = re.compile(r"(?:^|[\s,;])lucid:signal=(B:)?(?:SIG)?([A-Z][A-Z0-9]*)@([0-9]+)(?=[\s,;]|$)", re.IGNORECASE)
 # Signals a job may ask for: those a checkpointing job traps (not KILL or STOP, which cannot be).
 WARNING_SIGNALS = ("USR1", "USR2", "URG", "HUP", "INT", "ALRM", "TERM", "CONT")
 

@@ -69,6 +69,9 @@ class DecisionInput:
     # seconds (monotonic) since lucidd's last successful cycle; None in the first cycle after a start.
     # Whether lucidd was away is measured here, not from Slurm's times: a clock step moves those.
     away_s: float | None = None
+    # (job_id, restart count, Tprof the warning was for) -> when it was sent: the warnings jobs asked
+    # for (lucid:signal=) that lucidd has sent, for the runs in profiling that asked for one
+    signalled: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -393,8 +396,10 @@ class Reconciler:
         lend_gpus, lend_node, self._not_lendable, busy = self._lendable(snap, waiting)
         # A shadow's virtual runs go on whether or not it was away: after its restart they are requeued
         # at Tprof, not left to finish (a run that never was cannot end, and would hold room for ever)
+        asked = [j.job_id for j in in_profiling if j.requeue_warning]
+        signalled = self.store.signals_sent(asked) if asked else {}
         inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus, queued, free,
-                            lend_gpus, lend_node, busy, away_s=0.0 if self.dry_run else away_s)
+                            lend_gpus, lend_node, busy, away_s=0.0 if self.dry_run else away_s, signalled=signalled)
         plan = self.decider.decide(inp)
         plan.release.extend(direct)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
@@ -790,6 +795,14 @@ class Reconciler:
                         CONTROLLER_SETTLE_S, int(self.clock() - boot))
         return True
 
+    def _signal(self, job_id, sig, batch_only):
+        """A warning signal. Its failure is this job's alone (scancel exits 1 without a word for a job
+        that ended meanwhile): recorded on the action, never a reason to cut the cycle short."""
+        try:
+            self.backend.signal(job_id, sig, batch_only)
+        except BackendError as exc:
+            raise BackendError(str(exc) or "scancel --signal failed", transient=False) from None
+
     def _requeue_if_still_running(self, j: LiveJob):
         """`scontrol requeue` of the run this cycle saw, if it is still running. Slurm requeues a job
         that has ended, too, and it then runs again from the start: the cycle's snapshot can be
@@ -878,8 +891,9 @@ class Reconciler:
                 continue
             # once per run and Tprof: a run kept to long_tprof_s is warned again before that
             if self._act_batch([(key("signal", jid, records, j.restart_count, at_tprof), jid, "signal",
-                                 {"signal": sig, "batch": batch_only}, reason)],
-                               lambda ids, sig=sig, b=batch_only: self.backend.signal(ids[0], sig, b), now,
+                                 {"signal": sig, "batch": batch_only, "restart": j.restart_count,
+                                  "tprof": at_tprof}, reason)],
+                               lambda ids, sig=sig, b=batch_only: self._signal(ids[0], sig, b), now,
                                applied=applied):
                 n += 1
         for jid, reason in plan.abandon:

@@ -476,6 +476,24 @@ class Store:
                                                                  ActionRow.status == "applied")))
         return out
 
+    def signals_sent(self, job_ids) -> dict:
+        """(job_id, restart count, Tprof) -> when, of the warning signals sent to these jobs (applied,
+        or a shadow's dry-run ones: its virtual runs wait for them as a live run would)."""
+        out = {}
+        ids = [int(j) for j in job_ids]
+        with self.session() as s:
+            for k in range(0, len(ids), 900):
+                rows = s.execute(select(ActionRow.job_id, ActionRow.args, ActionRow.applied_at, ActionRow.created_at)
+                                 .where(ActionRow.kind == "signal", ActionRow.job_id.in_(ids[k:k + 900]),
+                                        ActionRow.status.in_(("applied", "dry-run"))))
+                for job_id, args, applied_at, created_at in rows:
+                    try:
+                        a = json.loads(args or "{}")
+                        out[(int(job_id), int(a["restart"]), int(a["tprof"]))] = int(applied_at or created_at)
+                    except (ValueError, KeyError, TypeError):
+                        continue
+        return out
+
     def record_action(self, key, job_id, kind, args, reason, now, status, error=""):
         with self.session() as s:
             row = s.scalars(select(ActionRow).where(ActionRow.key == key)).first()

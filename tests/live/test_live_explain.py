@@ -139,3 +139,22 @@ def test_models_shows_the_current_model_what_it_looks_at_and_its_refits(tmp_path
     m = models_data(cfg, store)
     assert m["current"] is None and "no usable duration model" in m["problem"]
     assert models_text(m)[0].startswith("duration model: none usable") and "!" in "\n".join(models_text(m))
+
+
+def test_models_and_explain_describe_the_fit_that_made_the_model_not_a_later_rejected_one(tmp_path):
+    """A review (28 November 2026): a rejected or skipped refit logs the current version too, and
+    its time, training size and the rejected candidate's holdout were shown as the model's."""
+    from lucidd.admin_cli import models_data
+
+    cfg, store, d = _daemon_with_a_model(tmp_path)
+    est, src = _estimated(store, d, 9001, "u3", 2)
+    before_models, before_explain = models_data(cfg, store)["current"], \
+        explain_data(cfg, store, 9001)["order"]["explanation"]["reason"]
+    v = before_models["version"]
+    store.add_model_version("duration", v, NOW + 7 * 86400, "rejected", {
+        "time": NOW + 7 * 86400, "trigger": "scheduled", "decision": "rejected", "version": v, "train_rows": 999,
+        "metrics": {"candidate": {"n": 77, "mae_s": 9e9, "median_abs_log_error": 3.0, "mae_log1p": 3.0,
+                                  "spearman": -0.5}}})
+    after = models_data(cfg, store)
+    assert after["current"] == before_models and after["refits"][0]["decision"] == "rejected"
+    assert explain_data(cfg, store, 9001)["order"]["explanation"]["reason"] == before_explain

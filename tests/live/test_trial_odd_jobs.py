@@ -193,6 +193,7 @@ def test_the_requeue_warning_is_read_from_the_comment():
     assert _rec(comment="lucid:signal=B:USR1@90").requeue_warning == ("USR1", True, 90)
     assert _rec(comment="lr=0.1 lucid:signal=SIGUSR2@30 x").requeue_warning == ("USR2", False, 30)
     assert _rec(comment="lucid:signal=usr1@5").requeue_warning == ("USR1", False, 5)
+    assert _rec(comment="exp42,lucid:signal=USR1@90;lr=0.1").requeue_warning == ("USR1", False, 90)
     for bad in ("lucid:signal=KILL@30", "lucid:signal=USR1", "lucid:signal=USR1@", "xlucid:signal=USR1@9", ""):
         assert _rec(comment=bad).requeue_warning is None, bad
 
@@ -245,3 +246,84 @@ def test_a_run_kept_past_tprof_is_warned_again_before_long_tprof(cluster):  # no
     run_cycles(rec, clock, 600)
     assert slurm.signals == [(8, "USR1", False)] * 2  # and again before 1,200 s
     assert store.job(8).phase in ("requeued", "released")
+
+
+# A review (28 November 2026) found requeues without the warning: it went out only if a cycle
+# happened to fall in the last SECONDS before Tprof, and the requeue never waited for it.
+
+def _signalled_before_requeue(slurm, jid):
+    calls = [c[0] for c in slurm.calls if jid in c[1] and c[0] in ("signal", "requeue")]
+    return calls and calls[0] == "signal" and "requeue" in calls
+
+
+def test_a_warning_shorter_than_a_cycle_is_sent_late_and_the_requeue_waits_for_it(cluster):  # noqa: F811
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False, long_tprof_s=0)
+    rec = lucidd()
+    slurm.submit(5, partition="main", gpus=1, comment="lucid:signal=B:USR1@5")
+    run_cycles(rec, clock, 10)
+    slurm.start(5)
+    run_cycles(rec, clock, 600)  # ran 600: the warning goes now, not the requeue
+    assert slurm.signals == [(5, "USR1", True)] and not [c for c in slurm.calls if c[0] == "requeue"]
+    run_cycles(rec, clock, 10)  # 10 s later (>= 5 s): the requeue
+    assert _signalled_before_requeue(slurm, 5) and slurm.signals == [(5, "USR1", True)]
+
+
+def test_a_cycle_that_fails_in_the_window_only_delays_the_requeue(cluster):  # noqa: F811
+    from lucidd.backends.base import BackendError
+
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False, long_tprof_s=0)
+    rec = lucidd()
+    slurm.submit(6, partition="main", gpus=1, comment="lucid:signal=USR1@15")
+    run_cycles(rec, clock, 10)
+    slurm.start(6)
+    run_cycles(rec, clock, 580)
+    snap = slurm.snapshot
+    slurm.snapshot = lambda: (_ for _ in ()).throw(BackendError("squeue: Socket timed out"))
+    clock.t += 10
+    assert not rec.cycle().ok  # ran 590: the one cycle in [585, 600) fails
+    slurm.snapshot = snap
+    run_cycles(rec, clock, 40)
+    assert _signalled_before_requeue(slurm, 6)
+    (sig,) = [a for a in store.actions_for(6) if a.kind == "signal"]
+    (rq,) = [a for a in store.actions_for(6) if a.kind == "requeue"]
+    assert rq.applied_at - sig.applied_at >= 15  # the time it asked for to save
+
+
+def test_a_warning_slurm_refuses_holds_the_run_at_most_half_the_grace(cluster):  # noqa: F811
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False, long_tprof_s=0)
+    rec = lucidd()
+    slurm.submit(7, partition="main", gpus=1, comment="lucid:signal=USR1@300")
+    run_cycles(rec, clock, 10)
+    slurm.start(7)
+    from lucidd.backends.base import BackendError
+
+    def refused(job_id, sig, batch_only):  # scancel fails at every try, with no text (a job that just ended)
+        slurm.calls.append(("signal", (job_id,)))
+        raise BackendError("", transient=True)
+
+    slurm.signal = refused
+    run_cycles(rec, clock, 590)
+    assert [c for c in slurm.calls if c[0] == "signal"] and not [c for c in slurm.calls if c[0] == "requeue"]
+    assert store.job(7).phase == "profiling"  # the failed signals cut no cycle short
+    run_cycles(rec, clock, 40)  # Tprof 600 s + grace / 2 (30 s): requeued without it
+    assert [c for c in slurm.calls if c[0] == "requeue"] == [("requeue", (7,))]
+
+
+def test_a_reclaimed_lent_run_is_warned_first(tmp_path):
+    from orchestrator.live import LucidDecider
+
+    from .test_decider import make_cfg
+
+    d = LucidDecider(make_cfg(tmp_path, profiler={"lend_idle_gpus": True, "reclaim_lent": True,
+                                                  "long_tprof_s": 3600}))
+    run = lj(1, 1, partition="profiling", state="RUNNING", start_time=NOW - 1800, node_names=("gpu3",),
+             comment="lucid:signal=B:USR1@120")
+    records = {1: rec(run, profile="admitted", phase="profiling")}
+    records[1].lent = True
+    x = inp(profiling=[run], records=records)
+    x.busy_nodes = frozenset({"gpu3"})
+    plan = d.decide(x)
+    assert [s[0] for s in plan.signal] == [1] and not plan.requeue  # warned, not yet reclaimed
+    x.signalled = {(1, 0, 0): NOW - 40}  # sent 40 s ago: half the grace (30 s) has passed
+    plan = d.decide(x)
+    assert [jid for jid, _ in plan.requeue] == [1] and not plan.signal

@@ -74,3 +74,40 @@ def test_a_job_submit_lua_older_than_the_shipped_one_is_said_at_start(tmp_path, 
     text = check_job_submit_lua(str(conf))
     assert text and "version 1 or older" in text and "copy it again" in text and "LUCIDD_USERS" in text
     assert text in caplog.text
+
+
+def _database_with_a_job(tmp_path):
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    live = _daemon(tmp_path, slurm, clock)
+    live.start()
+    slurm.submit(5, partition="main", gpus=1)
+    clock.t += 10
+    assert live.run_once()
+    live.store.release_instance_lock()
+    return clock, slurm, Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+
+
+def test_the_upgrade_check_reads_a_schema_1_database_as_a_first_start(tmp_path, caplog):
+    """docs/deploy.md, Upgrading, step 1 (a review): `--once --dry-run` read a schema-1 database
+    with this version's columns and said "database unavailable"."""
+    import logging
+
+    clock, slurm, store = _database_with_a_job(tmp_path)
+    with store.engine.begin() as c:
+        c.exec_driver_sql("ALTER TABLE jobs DROP COLUMN lent")
+    store.set_meta("schema_version", "1")
+    check = _daemon(tmp_path, slurm, clock, check=True)
+    with caplog.at_level(logging.INFO):
+        check.start()
+        clock.t += 10
+        assert check.run_once()
+    assert "database unavailable" not in caplog.text and "has schema 1, which this lucidd upgrades" in caplog.text
+    assert store.schema_version() == 1  # a check writes nothing
+
+
+def test_the_check_refuses_a_database_a_newer_lucidd_wrote(tmp_path):
+    clock, slurm, store = _database_with_a_job(tmp_path)
+    store.set_meta("schema_version", str(SCHEMA_VERSION + 1))
+    with pytest.raises(SchemaTooNew, match="newer lucidd"):
+        _daemon(tmp_path, slurm, clock, check=True).start()
