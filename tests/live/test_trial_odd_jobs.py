@@ -189,6 +189,17 @@ def test_a_completing_requeue_is_not_taken_for_a_new_start(cluster):  # noqa: F8
 
 # ----- a warning signal before the requeue (lucid:signal= in the comment) -----------------------
 
+def _asking_run(cluster, job_id, tag, **profiler):  # noqa: F811
+    """A lucidd and one 1-GPU run started in profiling whose comment is `tag` (one Tprof, 600 s)."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False,
+                                               **({"long_tprof_s": 0} | profiler))
+    rec = lucidd()
+    j = slurm.submit(job_id, partition="main", gpus=1, comment=tag)
+    run_cycles(rec, clock, 10)
+    slurm.start(job_id)
+    return rec, clock, slurm, store, j
+
+
 def test_the_requeue_warning_is_read_from_the_comment():
     assert _rec(comment="lucid:signal=B:USR1@90").requeue_warning == ("USR1", True, 90)
     assert _rec(comment="lr=0.1 lucid:signal=SIGUSR2@30 x").requeue_warning == ("USR2", False, 30)
@@ -202,11 +213,7 @@ def test_a_job_that_asks_is_signalled_once_before_each_requeue_point(cluster):  
     """An admin trial (28 November 2026): a job that checkpoints on SIGUSR1 (PyTorch Lightning's
     auto-requeue, submitit) got no warning before lucidd's requeue, which sends only SIGTERM, and
     lost its profiling run."""
-    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False, long_tprof_s=0)
-    rec = lucidd()
-    slurm.submit(5, partition="main", gpus=1, comment="lucid:signal=B:USR1@60")
-    run_cycles(rec, clock, 10)
-    slurm.start(5)
+    rec, clock, slurm, store, j = _asking_run(cluster, 5, "lucid:signal=B:USR1@60")
     run_cycles(rec, clock, 530)
     assert slurm.signals == []  # more than 60 s before Tprof (600 s)
     run_cycles(rec, clock, 40)
@@ -257,11 +264,7 @@ def _signalled_before_requeue(slurm, jid):
 
 
 def test_a_warning_shorter_than_a_cycle_is_sent_late_and_the_requeue_waits_for_it(cluster):  # noqa: F811
-    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False, long_tprof_s=0)
-    rec = lucidd()
-    slurm.submit(5, partition="main", gpus=1, comment="lucid:signal=B:USR1@5")
-    run_cycles(rec, clock, 10)
-    slurm.start(5)
+    rec, clock, slurm, store, j = _asking_run(cluster, 5, "lucid:signal=B:USR1@5")
     run_cycles(rec, clock, 600)  # ran 600: the warning goes now, not the requeue
     assert slurm.signals == [(5, "USR1", True)] and not [c for c in slurm.calls if c[0] == "requeue"]
     run_cycles(rec, clock, 10)  # 10 s later (>= 5 s): the requeue
@@ -271,11 +274,7 @@ def test_a_warning_shorter_than_a_cycle_is_sent_late_and_the_requeue_waits_for_i
 def test_a_cycle_that_fails_in_the_window_only_delays_the_requeue(cluster):  # noqa: F811
     from lucidd.backends.base import BackendError
 
-    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False, long_tprof_s=0)
-    rec = lucidd()
-    slurm.submit(6, partition="main", gpus=1, comment="lucid:signal=USR1@15")
-    run_cycles(rec, clock, 10)
-    slurm.start(6)
+    rec, clock, slurm, store, j = _asking_run(cluster, 6, "lucid:signal=USR1@15")
     run_cycles(rec, clock, 580)
     snap = slurm.snapshot
     slurm.snapshot = lambda: (_ for _ in ()).throw(BackendError("squeue: Socket timed out"))
@@ -290,11 +289,7 @@ def test_a_cycle_that_fails_in_the_window_only_delays_the_requeue(cluster):  # n
 
 
 def test_a_warning_slurm_refuses_holds_the_run_at_most_half_the_grace(cluster):  # noqa: F811
-    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False, long_tprof_s=0)
-    rec = lucidd()
-    slurm.submit(7, partition="main", gpus=1, comment="lucid:signal=USR1@300")
-    run_cycles(rec, clock, 10)
-    slurm.start(7)
+    rec, clock, slurm, store, j = _asking_run(cluster, 7, "lucid:signal=USR1@300")
     from lucidd.backends.base import BackendError
 
     def refused(job_id, sig, batch_only):  # scancel fails at every try, with no text (a job that just ended)
