@@ -316,17 +316,14 @@ def explain_data(cfg, store, job_id) -> dict:
 def _estimate_explanation(cfg, store, r) -> dict | None:
     """The decider's explanation of the job's duration estimate (the EBM's terms), or why there is
     none; None when the configured decider gives none. Never fails `explain`."""
-    from .live.reconcile import load_decider
+    from .live.reconcile import NOT_ESTIMATED, estimate_explanation, load_decider
 
-    empty = {"kind": "none", "model_version": None, "model_seconds": None, "intercept": None, "terms": [],
-             "reason": "", "matches_estimate": None}
     if r.estimate_s is None:
-        return empty | {"reason": "not estimated yet: a job is estimated when it first waits in its partition "
-                                  "(jobs in the inbox or in profiling have none)"}
+        return estimate_explanation("none", NOT_ESTIMATED)
     try:
         return load_decider(cfg.daemon.decider, cfg).explain_estimate(store, r)
     except Exception as exc:  # noqa: BLE001 - a model or library that cannot be read here
-        return empty | {"kind": "unavailable", "reason": f"the estimate cannot be explained here ({exc})"}
+        return estimate_explanation("unavailable", f"the estimate cannot be explained here ({exc})")
 
 
 def models_data(cfg, store) -> dict | None:

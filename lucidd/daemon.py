@@ -97,16 +97,15 @@ class Daemon:
     def start(self):
         from .live.store import StoreError
 
+        check_job_submit_lua()  # at every start, and in the check an admin runs before one (an upgrade)
         try:
             if self.check:
-                check_job_submit_lua()  # what an admin runs before restarting on an upgrade
                 self._open_for_check()
                 log.info("lucidd %s check (--once --dry-run): one cycle, nothing written to Slurm or %s",
                          __version__, _redact(self.cfg.database.url))
                 return
             self._check_partitions()
             self._check_heartbeat_file()
-            check_job_submit_lua()
             # the lock first: creating and upgrading the tables changes the schema under whoever holds
             # it (an admin trial: a refused start had already altered a running lucidd's tables)
             if not self.store.hold_instance_lock():
@@ -177,13 +176,10 @@ class Daemon:
         import shutil
         import tempfile
 
-        from .live.store import SCHEMA_VERSION, ReadOnlyStore, SchemaTooNew, Store
+        from .live.store import SCHEMA_VERSION, ReadOnlyStore, Store
 
         base = self.store
-        found = self.store.schema_version() if self.store.has_state() else None  # StoreError: cannot start
-        if found is not None and found > SCHEMA_VERSION:
-            raise SchemaTooNew(f"database {_redact(self.cfg.database.url)} has schema {found}, written by a newer "
-                               f"lucidd; this lucidd knows schema {SCHEMA_VERSION}: a check of it cannot read it")
+        found = self.store.refuse_newer_schema()  # StoreError (unreachable): cannot start
         if found is None or found < 2:
             # none yet, or schema 1 (before 25 November 2026), which this version's reads cannot use
             # until its own start upgrades it: the check that docs/deploy.md's upgrade step 1 runs

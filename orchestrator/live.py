@@ -29,7 +29,7 @@ from datetime import datetime
 import pandas as pd
 
 from lucidd.jobs import Job, within_limit
-from lucidd.live.reconcile import Decider, DecisionInput, Plan
+from lucidd.live.reconcile import NOT_ESTIMATED, Decider, DecisionInput, Plan, estimate_explanation
 from profiler.lgf import LeastGPUFirst
 
 from .policy import LucidConfig, LucidPolicy, _size
@@ -404,13 +404,10 @@ def explain_live_estimate(cfg, store, record, since: int | None = None) -> dict:
 
     `since`: the oldest end time of the history to read (default: `history_days` before the
     estimate was made, as the daemon's own read then was)."""
-    out = {"kind": "none", "model_version": None, "model_seconds": None, "intercept": None, "terms": [],
-           "reason": "", "matches_estimate": None}
+    out = estimate_explanation()
     source = record.estimate_source or ""
     if record.estimate_s is None:
-        out["reason"] = ("not estimated yet: a job is estimated when it first waits in its partition (jobs in the "
-                         "inbox or in profiling have none)")
-        return out
+        return estimate_explanation("none", NOT_ESTIMATED)
     if source == "default":
         out.update(kind="default", reason=f"the constant [ordering] default_estimate_s "
                                           f"({cfg.ordering.default_estimate_s:g} s): no history had been read yet; "

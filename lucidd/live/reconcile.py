@@ -102,12 +102,23 @@ class Decider:
         return None
 
     def explain_estimate(self, store: Store, record: JobRow) -> dict | None:
-        """Why `record` got its duration estimate, as data (`lucidctl explain job ID`), or None."""
+        """Why `record` got its duration estimate, as data (`lucidctl explain job ID`: an
+        estimate_explanation), or None."""
         return None
 
     def describe_models(self, store: Store) -> dict | None:
         """The decider's models as data (`lucidctl models`), or None when it has none."""
         return None
+
+
+NOT_ESTIMATED = ("not estimated yet: a job is estimated when it first waits in its partition (jobs in the "
+                 "inbox or in profiling have none)")
+
+
+def estimate_explanation(kind: str = "none", reason: str = "", **fields) -> dict:
+    """Decider.explain_estimate's answer, every field present (docs/cli.md, `order.explanation`)."""
+    return {"kind": kind, "model_version": None, "model_seconds": None, "intercept": None, "terms": [],
+            "reason": reason, "matches_estimate": None} | fields
 
 
 def load_decider(spec: str, config) -> Decider:

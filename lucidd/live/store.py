@@ -247,14 +247,19 @@ class Store:
         except ValueError:
             return None
 
-    def create(self):
+    def refuse_newer_schema(self) -> int | None:
+        """The recorded schema version (None: no lucidd state yet); SchemaTooNew when a newer lucidd
+        wrote the database: this code would write rows it cannot make right (an admin trial rolled
+        back and every cycle failed as a "database outage"), and create() used to lower the mark."""
         found = self.schema_version() if self.has_state() else None
         if found is not None and found > SCHEMA_VERSION:
-            # a newer lucidd wrote it: this code would write rows it cannot make right (an admin trial
-            # rolled back and every cycle failed as a "database outage"), and used to lower the mark
             raise SchemaTooNew(f"database {redact(self.url)} has schema {found}, written by a newer lucidd; this "
                                f"lucidd knows schema {SCHEMA_VERSION}: run the newer version, or restore the "
                                "database backup taken before the upgrade (docs/deploy.md, Upgrading)")
+        return found
+
+    def create(self):
+        self.refuse_newer_schema()
         with self._guard("create tables"):
             Base.metadata.create_all(self.engine)
             self._upgrade()
