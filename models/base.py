@@ -21,6 +21,20 @@ import joblib
 MODEL_FORMAT_VERSION = 1
 
 
+def portable_ebm() -> None:
+    """Make InterpretML's EBMs fit the same on every CPU: its native booster takes an AVX-512 or
+    an AVX2 path where the CPU has one (`acceleration`, all by default), and the paths round
+    differently. Measured on Venus (`lucidctl simulate --policies lucid`): Lucid's average JCT was
+    14,169 s where AVX-512 was used, 14,174 s on an AVX2-only CPU and 14,116 s on the portable
+    path, enough to make the same command print different tables on two machines. The portable
+    path cost no time there (18 s either way). Called before each EBM fit; the option is passed to
+    the booster's worker processes with each call."""
+    from interpret import develop
+    from interpret.utils._native import Native
+
+    develop.set_option("acceleration", Native.AccelerationFlags_NONE)
+
+
 class ModelError(Exception):
     """A model cannot be fitted, loaded or used; the message is meant for an admin."""
 

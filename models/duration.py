@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from models.base import Contribution, Explanation, ModelError, load_model, make_stamp, save_model
+from models.base import Contribution, Explanation, ModelError, load_model, make_stamp, portable_ebm, save_model
 from models.names import NameBuckets, normalise_name
 
 __all__ = [
@@ -378,6 +378,7 @@ class DurationModel:
     ) -> "DurationModel":
         from interpret.glassbox import ExplainableBoostingRegressor
 
+        portable_ebm()
         t0 = time.perf_counter()
         y = np.log1p(np.maximum(pd.to_numeric(jobs_df["duration"]).to_numpy(float), 0.0))
         self.origin_ = None if origin is None else pd.Timestamp(origin)

@@ -353,6 +353,9 @@ class ThroughputModel:
         """Fit on every decision point whose whole target window lies inside `bins`."""
         from interpret.glassbox import ExplainableBoostingRegressor
 
+        from .base import portable_ebm
+
+        portable_ebm()
         t0 = _time.perf_counter()
         times, values = _regular(bins, self.bin_s, self.target)
         origin = self._origin_for(bins)
