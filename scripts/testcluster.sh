@@ -23,6 +23,9 @@
 #                                           for, main by default; bench/slurm_replay.py uses this)
 #   LUCIDD_TC_SCHED_PARAMS=...              SchedulerParameters (default bf_interval=2)
 #   LUCIDD_TC_EXTRA='Epilog=/bin/true'      more slurm.conf lines (';'-separated), appended
+#   LUCIDD_TC_SHARDS=0                      plain untyped GPUs (`Gres=gpu:8`); by default each GPU has
+#                                           its own Type (g0..g7) and 2 shards, the GRES layout lucidd's
+#                                           live packing needs (docs/deploy.md, "GPU packing")
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${LUCIDD_TC_DIR:-/tmp/lucidd-testcluster}
@@ -38,6 +41,18 @@ LUA=${LUCIDD_TC_LUA:-1}
 if [ "$LUA" = 0 ]; then INBOX_DEFAULT=NO; MAIN_DEFAULT=YES; else INBOX_DEFAULT=YES; MAIN_DEFAULT=NO; fi
 SCHED_PARAMS=${LUCIDD_TC_SCHED_PARAMS:-bf_interval=2}
 EXTRA=${LUCIDD_TC_EXTRA:-}
+SHARDS=${LUCIDD_TC_SHARDS:-1}
+# GPU packing's layout (docs/deploy.md): one Type per GPU index, so gpu and shard jobs exclude each
+# other per GPU, and 2 shards per GPU. Users' untyped --gres=gpu:N still gets N whole GPUs.
+if [ "$SHARDS" = 1 ]; then
+  GRES_TYPES=gpu,shard
+  NODE_GRES=$(for i in $(seq 0 $((GPUS - 1))); do printf 'gpu:g%d:1,' "$i"; done; \
+              for i in $(seq 0 $((GPUS - 1))); do printf 'shard:g%d:2,' "$i"; done)
+  NODE_GRES=${NODE_GRES%,}
+  TRES=gres/gpu,gres/shard
+else
+  GRES_TYPES=gpu; NODE_GRES=gpu:$GPUS; TRES=gres/gpu
+fi
 PACKAGES=(slurmctld slurmd slurm-client munge slurmdbd slurm-wlm-mysql-plugin mariadb-server postgresql lua5.1)
 
 log() { echo "testcluster: $*" >&2; }
@@ -95,7 +110,7 @@ MaxJobCount=50000
 MaxArraySize=50001
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-GresTypes=gpu
+GresTypes=$GRES_TYPES
 $([ "$LUA" = 0 ] && echo "#JobSubmitPlugins=lua (LUCIDD_TC_LUA=0)" || echo "JobSubmitPlugins=lua")
 JobFileAppend=1
 JobRequeue=1
@@ -111,9 +126,9 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$DBD_PORT
 AccountingStoragePass=$DIR/munge/munge.socket
-AccountingStorageTRES=gres/gpu
+AccountingStorageTRES=$TRES
 JobAcctGatherType=jobacct_gather/none
-NodeName=$(nodelist) NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$SLURMD_PORT0-$last_port] CPUs=32 RealMemory=64000 Gres=gpu:$GPUS State=UNKNOWN
+NodeName=$(nodelist) NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$SLURMD_PORT0-$last_port] CPUs=32 RealMemory=64000 Gres=$NODE_GRES State=UNKNOWN
 PartitionName=inbox     Nodes=$(nodelist) Default=$INBOX_DEFAULT MaxTime=INFINITE State=DOWN
 PartitionName=profiling Nodes=$(nodelist) Default=NO  MaxTime=INFINITE State=UP PriorityTier=2
 PartitionName=main      Nodes=$(nodelist) Default=$MAIN_DEFAULT MaxTime=INFINITE State=UP
@@ -121,7 +136,14 @@ PartitionName=research  Nodes=gpu[$((NODES > 2 ? NODES - 1 : 1))-$NODES] Default
 EOF
   [ -z "$EXTRA" ] || tr ';' '\n' <<<"$EXTRA" >> "$DIR/etc/slurm.conf"
   echo "AutoDetect=off" > "$DIR/etc/gres.conf"
-  echo "NodeName=$(nodelist) Name=gpu File=$DIR/dev/nvidia[0-$((GPUS - 1))]" >> "$DIR/etc/gres.conf"
+  if [ "$SHARDS" = 1 ]; then
+    for i in $(seq 0 $((GPUS - 1))); do
+      echo "NodeName=$(nodelist) Name=gpu Type=g$i File=$DIR/dev/nvidia$i" >> "$DIR/etc/gres.conf"
+      echo "NodeName=$(nodelist) Name=shard Type=g$i Count=2 File=$DIR/dev/nvidia$i" >> "$DIR/etc/gres.conf"
+    done
+  else
+    echo "NodeName=$(nodelist) Name=gpu File=$DIR/dev/nvidia[0-$((GPUS - 1))]" >> "$DIR/etc/gres.conf"
+  fi
   cp "$ROOT/lucidd/data/slurm/job_submit.lua" "$DIR/etc/job_submit.lua"
   cat > "$DIR/etc/slurmdbd.conf" <<EOF
 AuthType=auth/munge
