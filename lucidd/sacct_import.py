@@ -162,8 +162,9 @@ def _state(rec) -> str:
 
 
 def _tres_gpus(items) -> int:
-    """GPUs in a TRES list: the untyped `gres/gpu` entry, else the sum of the typed ones."""
-    total, typed = None, 0
+    """GPUs in a TRES list: the untyped `gres/gpu` entry, else the sum of the typed ones; a job of
+    shards alone counts one GPU."""
+    total, typed, shard = None, 0, False
     for item in items or []:
         if not isinstance(item, dict) or item.get("type") != "gres":
             continue
@@ -173,7 +174,11 @@ def _tres_gpus(items) -> int:
             total = max(total or 0, count)
         elif name.startswith("gpu:"):
             typed += count
-    return total if total is not None else typed
+        elif (name == "shard" or name.startswith("shard:")) and count:
+            shard = True
+    gpus = total if total is not None else typed
+    # a job of shards (lucidd's GPU packing, docs/deploy.md) holds part of one GPU: counted as one
+    return gpus or (1 if shard else 0)
 
 
 def _tres_count(items, kind: str) -> int:

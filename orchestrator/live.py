@@ -609,6 +609,29 @@ class LiveEstimator:
         return "; ".join(f"{r.kind} model: {r.decision} ({r.reason})" for r in results) or None, results
 
 
+def live_packing(config):
+    """([packing] as binder.live.LivePackingConfig, the packing model or None), or (None, None)
+    when packing is off. A model file that cannot be read is a config error: lucidd does not start
+    on a packing rule the admin did not choose."""
+    k = getattr(config, "packing", None)
+    if k is None or not k.enabled:
+        return None, None
+    from binder.live import LivePackingConfig
+
+    cfg = LivePackingConfig(gss=k.gss, gpu_memory_mib=float(k.gpu_memory_mib),
+                            memory_headroom_mib=float(k.memory_headroom_mib), tiny_below_util=k.tiny_below_util,
+                            jumbo_from_util=k.jumbo_from_util, min_util_samples=k.min_util_samples)
+    if not k.model:
+        return cfg, None
+    from lucidd.errors import ConfigError
+    from models.packing import PackingModel
+
+    try:
+        return cfg, PackingModel.load(k.model)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file: say which and why
+        raise ConfigError(f"[packing] model: cannot load {k.model!r} ({exc})") from None
+
+
 class LucidDecider(Decider):
     def __init__(self, config):
         self.cfg = config
@@ -621,6 +644,7 @@ class LucidDecider(Decider):
                                        m.history_days)
         self._refit_thread = None
         self.last_background = ""
+        self.packing, self.packing_model = live_packing(config)
         self._history_fingerprint, self._history_since = None, 0  # what the estimator's history was read at
 
     # -- profiling ----------------------------------------------------------------------------
@@ -646,7 +670,22 @@ class LucidDecider(Decider):
             waiting += [live_job(j, inp.records.get(j.job_id)) for j in inp.inbox + inp.profiling
                         if j.job_id in released]
             self._order(waiting, now, plan)
+        if self.packing is not None:
+            self._pack(inp, plan)
         return plan
+
+    def _pack(self, inp: DecisionInput, plan: Plan) -> None:
+        """GPU packing: the shard count of each waiting job of shards (binder/live.py)."""
+        from binder.live import partitions_wanting_gpus, shard_decision
+
+        wanting = partitions_wanting_gpus(inp.waiting)
+        for j in inp.waiting:
+            if j.packable and j.pending:
+                # a job requeued after profiling is judged for the partition it is released to
+                r = inp.records.get(j.job_id)
+                part = r.target_partition if r is not None and r.target_partition else j.partition
+                plan.shards[j.job_id] = shard_decision(j, part, inp.gpu_profiles.get(j.job_id), wanting,
+                                                       self.packing, self.packing_model)
 
     def _order(self, jobs, now, plan):
         need = [j for j in jobs if j.estimate is None]
@@ -725,7 +764,9 @@ class LucidDecider(Decider):
                            "points_per_doubling": self.cfg.ordering.points_per_doubling},
                 "inbox": [jd(j) for j in inp.inbox], "profiling": [jd(j) for j in inp.profiling],
                 "waiting": [jd(j) for j in decided],
-                "decisions": {"profile": [a for a, _ in plan.profile], "lend": list(plan.lend),
+                "decisions": {"shards": {str(j.job_id): plan.shards[j.job_id][0] for j in inp.waiting
+                                         if j.job_id in plan.shards and j.shards != plan.shards[j.job_id][0]},
+                              "profile": [a for a, _ in plan.profile], "lend": list(plan.lend),
                               "release": [a for a, _ in plan.release],
                               "requeue": [a for a, _ in plan.requeue],
                               "site_factors": {str(j.job_id): plan.site_factors[j.job_id][0] for j in decided}

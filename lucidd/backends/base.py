@@ -24,6 +24,9 @@ SIGNAL_TAG_RE = re.compile(r"(?:^|[\s,;])lucid:signal=(B:)?(?:SIG)?([A-Z][A-Z0-9
 WARNING_SIGNALS = ("USR1", "USR2", "URG", "HUP", "INT", "ALRM", "TERM", "CONT")
 
 _PARTITION_RE = re.compile(re.escape(PARTITION_TAG) + r"([^\s]+)")
+#: where job_submit.lua records a 1-GPU request it turned into shards for GPU packing
+#: (`lucid:orig=tres_per_node=gres:gpu:1`): only such jobs may have their shard count changed.
+PACKING_TAG = "lucid:orig="
 
 
 class BackendError(LucidError):
@@ -85,6 +88,7 @@ class LiveJob:
     het_job_offset: int = 0  # the component's index (0: the leader, which lucidd acts through)
     batch: bool = True  # False for an interactive allocation (salloc, srun): Slurm requeues only batch jobs
     deadline: int | None = None  # sbatch --deadline (Unix seconds): Slurm cancels the job if it cannot end by then
+    shards: int = 0  # shards per node it asks for (GPU packing: 2 = a GPU of its own, 1 = may share one)
 
     @property
     def pending(self) -> bool:
@@ -103,6 +107,12 @@ class LiveJob:
         """The partition the user asked for, as job_submit.lua recorded it (None: no -p)."""
         m = _PARTITION_RE.search(self.admin_comment or "")
         return m.group(1) if m else None
+
+    @property
+    def packable(self) -> bool:
+        """A 1-GPU request job_submit.lua turned into shards (GPU packing, docs/deploy.md): lucidd
+        may lower it to one shard (it may then share its GPU) and raise it again while it waits."""
+        return PACKING_TAG in (self.admin_comment or "") and self.shards > 0 and self.nodes == 1
 
     @property
     def opted_out_of_profiling(self) -> bool:
@@ -216,6 +226,12 @@ class Backend:
     def signal(self, job_id, signal: str, batch_only: bool) -> None:
         """Send a running job a signal: to its batch shell (batch_only) or to its steps, as
         `sbatch --signal=[B:]SIG` would."""
+        raise NotImplementedError
+
+    def set_shards(self, job_ids, count: int) -> None:
+        """Change the shard count of pending jobs of shards (GPU packing): 1 lets it share a GPU,
+        2 gives it one of its own. A count change only, in one call (a zero count or a type change
+        crashes slurmctld 22.05: ../shared/notes/slurm-live-mechanisms.md G.3.3)."""
         raise NotImplementedError
 
     def set_site_factor(self, job_ids, value: int) -> None:

@@ -188,16 +188,53 @@ def gres_gpu_count(spec: str) -> int:
     return total
 
 
+def gres_shard_count(spec: str) -> int:
+    """Shards in a job's GRES spec ('gres:shard:2', 'shard:g4:1'); 0 when it asks for none."""
+    total = 0
+    for item in re.sub(r"\([^)]*\)", "", spec or "").split(","):
+        parts = item.strip().split(":")
+        if parts and parts[0] == "gres":
+            parts = parts[1:]
+        if parts and parts[0] == "shard":
+            total += int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 1
+    return total
+
+
+_GRES_USED_ITEM = re.compile(r"(gpu|shard)(?::[^,(]*)?\(IDX:([^)]*)\)")
+
+
+def gres_used_gpus(spec: str) -> int:
+    """GPUs of a node in use, from sinfo's `gres_used`: the GPU indices that whole-GPU jobs hold
+    and those that shard jobs hold, counted once. slurmctld miscounts a node's used shards (two jobs
+    on one GPU's shards show as 1), but its index lists are right (the test cluster, and
+    ../shared/notes/slurm-live-mechanisms.md D.2); without index lists, the gpu counts."""
+    if not spec:
+        return 0
+    held, any_idx = set(), False
+    for kind, idx in _GRES_USED_ITEM.findall(spec):
+        any_idx = True
+        for part in idx.split(","):
+            a, _, b = part.strip().partition("-")
+            if a.isdigit():
+                held.update(range(int(a), int(b) + 1 if b.isdigit() else int(a) + 1))
+    return len(held) if any_idx else gres_gpu_count(spec)
+
+
 def job_gpus(rec: dict) -> int:
-    """Total GPUs a job asks for, from slurmctld's own TRES summary when present."""
+    """Total GPUs a job asks for, from slurmctld's own TRES summary when present. A job of shards
+    counts one GPU per node: Slurm 22.05 places one job's shards on one GPU of a node (a request
+    for more shards than a GPU has never starts)."""
     m = _TRES_GPU.search(rec.get("tres_req_str") or "")
     if m:
         return int(m.group(1))
     per_job = gres_gpu_count(rec.get("tres_per_job") or "")
     if per_job:
         return per_job
+    nodes = max(1, json_int(rec.get("node_count"), 1) or 1)
     per_node = gres_gpu_count(rec.get("tres_per_node") or "")
-    return per_node * max(1, json_int(rec.get("node_count"), 1) or 1)
+    if not per_node and gres_shard_count(rec.get("tres_per_node") or ""):
+        per_node = 1
+    return per_node * nodes
 
 
 def job_node_names(rec: dict) -> tuple:
@@ -249,6 +286,7 @@ def parse_job(rec: dict) -> LiveJob:
         het_job_offset=json_int(rec.get("het_job_offset"), 0) or 0,
         batch=bool(rec.get("batch_flag", True)),
         deadline=json_time(rec.get("deadline")) or None,  # 0: none
+        shards=gres_shard_count(rec.get("tres_per_node") or ""),
     )
 
 
@@ -274,7 +312,7 @@ def parse_sinfo(data: dict) -> dict:
         flags = rec.get("state_flags") or []
         if isinstance(state, list):
             state = "+".join(state)
-        nodes[name] = NodeGPUs(name, gres_gpu_count(rec.get("gres") or ""), gres_gpu_count(rec.get("gres_used") or ""),
+        nodes[name] = NodeGPUs(name, gres_gpu_count(rec.get("gres") or ""), gres_used_gpus(rec.get("gres_used") or ""),
                                "+".join([str(state), *map(str, flags)]), tuple(rec.get("partitions") or ()))
     return nodes
 
@@ -333,6 +371,8 @@ def sacct_rows(data: dict) -> list[dict]:
                 for item in tres.get(key) or []:
                     if item.get("type") == "gres" and item.get("name") == "gpu":
                         gpus = max(gpus, int(item.get("count") or 0))
+                    elif item.get("type") == "gres" and item.get("name") == "shard" and int(item.get("count") or 0):
+                        gpus = max(gpus, 1)  # a job of shards (GPU packing): one GPU
                 if gpus:
                     break
             comment = rec.get("comment") or {}
@@ -438,6 +478,15 @@ class SlurmBackend(Backend):
         if signal not in WARNING_SIGNALS:
             raise ValueError(f"signal {signal!r} is not one lucidd sends")
         self.runner.run(["scancel", f"--signal={signal}", *(["--batch"] if batch_only else []), str(int(job_id))])
+
+    def set_shards(self, job_ids, count: int) -> None:
+        count = int(count)
+        if count not in (1, 2):  # never 0: a zero shard record crashes slurmctld 22.05 (SIGFPE)
+            raise ValueError(f"shard count {count}: lucidd sets only 1 (may share) or 2 (a GPU of its own)")
+        # untyped, count only, one call: the form that leaves no zero record and keeps Slurm's own
+        # placement (first-fit: a 1-shard job joins the lowest GPU of the node with a free shard)
+        ids = ",".join(str(int(j)) for j in job_ids)
+        self.runner.run(["scontrol", "update", f"jobid={ids}", f"gres=shard:{count}"])
 
     def set_site_factor(self, job_ids, value: int) -> None:
         value = int(value)

@@ -122,6 +122,25 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "min_history_jobs": Key(int, 200, "finished jobs needed before the first model is fitted", min=10,
                                 max=10 ** 7),
     },
+    # GPU packing (binder/live.py; docs/deploy.md "GPU packing"): needs job_submit.lua's
+    # LUCIDD_PACKING and a gres.conf with one Type per GPU and 2 shards each
+    "packing": {
+        "enabled": Key(bool, False, "lower waiting 1-GPU jobs of shards to one shard (they may share a GPU) "
+                                    "while their partition waits for GPUs"),
+        "gpu_memory_mib": Key(int, 0, "memory of one GPU, MiB (nvidia-smi --query-gpu=memory.total)",
+                              min=0, max=10 ** 7),
+        "memory_headroom_mib": Key(int, 1024, "GPU memory kept free on a shared GPU, MiB", min=0, max=10 ** 7),
+        "gss": Key(int, 2, "GPU sharing score budget: each job that may share scores at most GSS / 2",
+                   min=0, max=4),
+        "model": Key(str, "", "packing model file (models/packing.py, e.g. a simulation's models/packing.joblib); "
+                              "empty: the rule on SM utilisation"),
+        "tiny_below_util": Key(float, 30.0, "rule: mean SM utilisation (%) below which a job is Tiny",
+                               min=0, max=100),
+        "jumbo_from_util": Key(float, 60.0, "rule: mean SM utilisation (%) from which a job is Jumbo",
+                               min=0, max=100),
+        "min_util_samples": Key(int, 3, "NVML utilisation readings of the profiling run a class needs",
+                                min=1, max=10 ** 6),
+    },
     # lucidd-sampler, on each GPU node (profiler/nvml_sampler.py); it reads [database] url as well
     "sampler": {
         "interval_s": Key(float, 5.0, "seconds between two NVML readings of the node's GPUs", min=0.1, max=3600),
@@ -277,6 +296,15 @@ def config_from_dict(raw: dict, path: str | None = None, lenient: list | None = 
             raise ConfigError(f"[ordering] points_per_doubling: {o['points_per_doubling']} with aging_halflife_s "
                               f"{o['aging_halflife_s']} overflows Slurm's SiteFactor range within 30 years "
                               f"(points_per_doubling x half-lives must stay below 9e8); lower one or raise the other")
+    k = sections["packing"]
+    if k["enabled"] and lenient is None:
+        if k["gpu_memory_mib"] <= 0:
+            raise ConfigError("[packing] gpu_memory_mib: must be set when enabled (one GPU's memory in MiB, as "
+                              "`nvidia-smi --query-gpu=memory.total --format=csv` gives it): without it lucidd "
+                              "cannot tell whether two jobs fit one GPU")
+        if k["tiny_below_util"] > k["jumbo_from_util"]:
+            raise ConfigError(f"[packing] tiny_below_util ({k['tiny_below_util']:g}) must not exceed "
+                              f"jumbo_from_util ({k['jumbo_from_util']:g})")
     decider = sections["daemon"]["decider"]
     if ":" not in decider and lenient is None:
         raise ConfigError(f"[daemon] decider: must be 'module:Class', got {decider!r}")

@@ -72,6 +72,9 @@ class DecisionInput:
     # (job_id, restart count, Tprof the warning was for) -> when it was sent: the warnings jobs asked
     # for (lucid:signal=) that lucidd has sent, for the runs in profiling that asked for one
     signalled: dict = field(default_factory=dict)
+    # job_id -> the NVML figures of its profiling run (store.GpuProfileRow), for the waiting jobs of
+    # shards (GPU packing: LiveJob.packable) only
+    gpu_profiles: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -84,6 +87,9 @@ class Plan:
     signal: list = field(default_factory=list)  # [(job_id, signal, batch_only, Tprof, reason)]: warn before the requeue
     site_factors: dict = field(default_factory=dict)  # job_id -> (value, rank, reason)
     estimates: dict = field(default_factory=dict)  # job_id -> (seconds, source)
+    # job_id -> (shard count, reason): GPU packing of a waiting job of shards (1: may share a GPU,
+    # 2: a GPU of its own); applied only where the job's count differs
+    shards: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
 
 
@@ -409,8 +415,11 @@ class Reconciler:
         # at Tprof, not left to finish (a run that never was cannot end, and would hold room for ever)
         asked = [j.job_id for j in in_profiling if j.requeue_warning]
         signalled = self.store.signals_sent(asked) if asked else {}
+        packable = [j.job_id for j in waiting + releasing if j.packable]
+        profiles = self.store.profiling_gpu_profiles(packable, self.profiling) if packable else {}
         inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus, queued, free,
-                            lend_gpus, lend_node, busy, away_s=0.0 if self.dry_run else away_s, signalled=signalled)
+                            lend_gpus, lend_node, busy, away_s=0.0 if self.dry_run else away_s, signalled=signalled,
+                            gpu_profiles=profiles)
         plan = self.decider.decide(inp)
         plan.release.extend(direct)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
@@ -907,6 +916,22 @@ class Reconciler:
                                lambda ids, sig=sig, b=batch_only: self._signal(ids[0], sig, b), now,
                                applied=applied):
                 n += 1
+        # GPU packing: a waiting job's shard count, where it differs (a count change in one call,
+        # never a zero; not idempotent by key: a job is lowered and raised again as its queue changes)
+        # A job requeued after profiling gets its count before it is moved to its partition (below): it
+        # waits for its BeginTime in profiling, so Slurm cannot start it between the two calls.
+        by_count = {}
+        leaving = {j.job_id for j in releasing}
+        for jid, (count, reason) in plan.shards.items():
+            j = seen.get(jid)
+            if j is None or jid not in records or not j.pending or not j.packable or j.shards == count \
+                    or (jid not in leaving and not self.is_managed(j.partition)):
+                continue
+            by_count.setdefault(count, []).append((f"shards:{jid}:{j.restart_count}:{count}:{now}", jid, "shards",
+                                                   {"count": count, "restart": j.restart_count}, reason))
+        for count, items in sorted(by_count.items()):
+            n += len(self._act_batch(items, lambda ids, c=count: self.backend.set_shards(ids, c), now,
+                                     idempotent=False))
         for jid, reason in plan.abandon:
             r = records.get(jid)
             if r is not None and r.profile != "abandoned":
@@ -1193,6 +1218,17 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time, released:
         if inbox is not None and not inbox.up:
             backend.set_partition_up(s.inbox_partition, True)
             lines.append(f"partition {s.inbox_partition} set UP: Slurm schedules new jobs without lucidd ({reason})")
+        # GPU packing: a waiting job lucidd lowered to one shard would go on sharing GPUs with nobody
+        # to judge whether free GPUs are wanted; raised back, it waits for a GPU of its own, as a
+        # 1-GPU job does without lucidd. After the inbox, so that this never keeps it shut.
+        shared = [j.job_id for j in snap.jobs if j.pending and j.packable and j.shards == 1]
+        if shared:
+            try:
+                backend.set_shards(shared, 2)
+                lines.append(f"{len(shared)} waiting job(s) of one shard given a GPU of their own again "
+                             f"(GPU packing): {shared[:10]}")
+            except (BackendError, NotImplementedError) as exc:
+                lines.append(f"waiting job(s) of one shard {shared[:10]} left to share GPUs ({exc})")
     finally:
         for line in lines:
             log.warning("fail-open: %s", line)

@@ -631,6 +631,23 @@ class Store:
             return list(s.scalars(select(GpuProfileRow).where(GpuProfileRow.job_id == int(job_id))
                                   .order_by(GpuProfileRow.first_t, GpuProfileRow.node)))
 
+    def profiling_gpu_profiles(self, job_ids, partition: str) -> dict:
+        """job_id -> the NVML figures of its run in `partition` (the profiling partition): the row
+        with the most utilisation readings when it ran on several nodes or restarted there."""
+        ids = [int(j) for j in job_ids]
+        out = {}
+        if not ids:
+            return out
+        with self.session() as s:
+            for k in range(0, len(ids), 500):
+                for row in s.scalars(select(GpuProfileRow).where(GpuProfileRow.job_id.in_(ids[k:k + 500]),
+                                                                 GpuProfileRow.partition == partition)):
+                    best = out.get(row.job_id)
+                    if best is None or (row.util_samples or 0) > (best.util_samples or 0):
+                        out[row.job_id] = row
+                s.expunge_all()
+        return out
+
     def gpu_sampler_nodes(self) -> dict:
         """node -> the last reading any of its runs has (the samplers' health, for `lucidctl status`)."""
         with self.session() as s:

@@ -123,6 +123,12 @@ class MemSlurm(Backend):
     def set_site_factor(self, job_ids, value: int) -> None:
         self._call("sitefactor", job_ids, lambda jid: None)
 
+    def set_shards(self, job_ids, count: int) -> None:
+        def lower(jid):
+            self.jobs[jid].shards = count
+
+        self._call("shards", job_ids, lower)
+
     def set_partition_up(self, name: str, up: bool) -> None:
         self.calls.append(("partition", (), name, up))
         if name == "inbox":

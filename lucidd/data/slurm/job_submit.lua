@@ -10,8 +10,19 @@
 
 -- lucidd reads this line at its start and warns when the copy beside slurm.conf is older than the
 -- one it ships (an upgrade must copy this file again: docs/deploy.md, Upgrading). 2: users may not
--- move jobs into profiling; the users lucidd runs as (LUCIDD_USERS) may move jobs.
-local LUCIDD_LUA_VERSION = 2
+-- move jobs into profiling; the users lucidd runs as (LUCIDD_USERS) may move jobs. 3: GPU packing
+-- (LUCIDD_PACKING).
+local LUCIDD_LUA_VERSION = 3
+
+-- GPU packing (docs/deploy.md, "GPU packing"): true turns every plain 1-GPU request into 2 shards
+-- of one GPU (a GPU of its own, as before), which lucidd may lower to 1 shard (it may then share
+-- the GPU) while the job waits. Needs, on every GPU node, one Type per GPU and 2 shards per GPU in
+-- gres.conf, `GresTypes=gpu,shard`, and [packing] enabled = true in lucidd.toml. It also stops
+-- users changing the GPU request of a pending job: Slurm 22.05 crashes on a shard request that
+-- leaves a zero count (../shared/notes: G.3.3), which a user could otherwise cause.
+local LUCIDD_PACKING = false
+local ONE_GPU = "gres:gpu:1"
+local ORIG_TAG = "lucid:orig="
 
 local INBOX = "inbox"   -- keep equal to [slurm] inbox_partition in /etc/lucidd/lucidd.toml
 local PROFILING = "profiling"   -- keep equal to [slurm] profiling_partition
@@ -40,16 +51,51 @@ local function load_lucidd_uids()
 end
 load_lucidd_uids()
 
-function slurm_job_submit(job_desc, part_list, submit_uid)
-  local asked = job_desc.partition
-  if unset(asked) or asked == INBOX then
-    return slurm.SUCCESS            -- the default partition is the inbox already
-  end
-  local note = TAG .. asked
+local function has_shard(v) return v ~= nil and string.find(v, "shard", 1, true) ~= nil end
+
+local function note_admin(job_desc, note)
   if not unset(job_desc.admin_comment) then
     note = job_desc.admin_comment .. " " .. note
   end
   job_desc.admin_comment = note
+end
+
+-- A plain 1-GPU request (--gres=gpu:1, --gpus-per-node=1 or --gpus=1, one node, no per-GPU CPU or
+-- memory, no type) becomes 2 shards of one GPU; anything else is left as it was asked for.
+local function to_shards(job_desc)
+  if has_shard(job_desc.tres_per_job) or has_shard(job_desc.tres_per_task)
+     or has_shard(job_desc.tres_per_socket) then
+    -- shards given per job or per task crash slurmctld 22.05 when scheduled (notes G.3.3)
+    slurm.log_user("shard may only be requested per node (--gres=shard:N)")
+    return slurm.ERROR
+  end
+  local tpn, tpj = job_desc.tres_per_node, job_desc.tres_per_job
+  local field
+  if tpn == ONE_GPU and unset(tpj) then field = "tres_per_node"
+  elseif tpj == ONE_GPU and unset(tpn) then field = "tres_per_job"
+  else return slurm.SUCCESS end
+  if not (unset(job_desc.tres_per_task) and unset(job_desc.tres_per_socket)
+          and unset(job_desc.cpus_per_tres) and unset(job_desc.mem_per_tres)) then
+    return slurm.SUCCESS            -- their per-GPU figures name gpu: Slurm would reject shards
+  end
+  local mn = job_desc.min_nodes
+  if mn ~= nil and mn ~= slurm.NO_VAL and mn > 1 then return slurm.SUCCESS end
+  job_desc.tres_per_job = ""
+  job_desc.tres_per_node = "gres:shard:2"
+  note_admin(job_desc, ORIG_TAG .. field .. "=" .. ONE_GPU)
+  return slurm.SUCCESS
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  if LUCIDD_PACKING then
+    local rc = to_shards(job_desc)
+    if rc ~= slurm.SUCCESS then return rc end
+  end
+  local asked = job_desc.partition
+  if unset(asked) or asked == INBOX then
+    return slurm.SUCCESS            -- the default partition is the inbox already
+  end
+  note_admin(job_desc, TAG .. asked)
   job_desc.partition = INBOX
   return slurm.SUCCESS
 end
@@ -69,6 +115,12 @@ local function refuse(why)
 end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  if LUCIDD_PACKING and not LUCIDD_UIDS[modify_uid] and (job_desc.tres_per_node ~= nil
+     or job_desc.tres_per_job ~= nil or job_desc.tres_per_task ~= nil or job_desc.tres_per_socket ~= nil) then
+    -- a user's GRES change can leave a zero shard count, which crashes slurmctld 22.05 (notes G.3.3)
+    slurm.log_info("lucidd job_submit.lua: refused a user's GPU request change (GPU packing is on)")
+    return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
+  end
   if LUCIDD_UIDS[modify_uid] or unset(job_desc.partition) then
     return slurm.SUCCESS
   end

@@ -1,0 +1,114 @@
+"""GPU packing on a live Slurm cluster: which waiting 1-GPU jobs may share a GPU now.
+
+Pure functions of plain data (a job's NVML figures from its profiling run, its partition's
+queue); the decider calls them and the daemon applies the result as a shard count
+(docs/deploy.md, "GPU packing"). How Slurm 22.05 can share a GPU at all decides the shape:
+
+* job_submit.lua turns a 1-GPU request into `shard:2` (2 shards per GPU: a GPU of its own);
+  lucidd lowers a waiting job to `shard:1` and Slurm's first-fit puts it on the lowest GPU of its
+  node with a free shard, which is a GPU where another 1-shard job runs, if there is one.
+* So lucidd does not choose the partner: any two 1-shard jobs may meet. The binder's pair rules
+  (binder/pairing.py) therefore become rules on each job alone, strict enough that every pair
+  they allow passes: a sharing score of at most GSS / 2 (with GSS 2: Tiny or Medium, so a pair
+  sums to at most 2) and at most half of a GPU's memory (less the headroom) each. The rule on
+  relative lengths (a short job never stretches a long one) cannot be kept: Slurm picks the pair.
+* Lazy, as in simulation (orchestrator/policy.py `free_gpus_wanted`): a job is lowered only
+  while its partition has a job waiting for GPUs (Slurm's reason Resources or Priority); then
+  free GPUs are wanted and sharing frees one. When nobody waits, it is raised back to a GPU of its
+  own, since sharing slows both jobs.
+
+The sharing score comes from the NVML sampler's figures of the job's profiling run: a packing
+model file (models/packing.py, fitted on co-location measurements) where one is configured, or
+the rule on SM utilisation below. NVML cannot see mixed precision (`amp`, one of the model's
+inputs), so a model is asked with amp off and on and the higher score is taken.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TINY, MEDIUM, JUMBO = 0, 1, 2
+SCORE_NAMES = {TINY: "Tiny", MEDIUM: "Medium", JUMBO: "Jumbo"}
+# Slurm's pending reasons that mean a job waits for GPUs (for a higher-priority job that does).
+WAITING_FOR_GPUS = ("Resources", "Priority")
+SHARED, OWN = 1, 2  # shard counts: may share a GPU, a GPU of its own
+
+
+@dataclass(frozen=True)
+class LivePackingConfig:
+    gss: int = 2
+    gpu_memory_mib: float = 0.0  # one GPU's memory; 0: unknown, nothing shares
+    memory_headroom_mib: float = 1024.0  # kept free on a shared GPU (CUDA contexts, fragmentation)
+    tiny_below_util: float = 30.0  # mean SM utilisation (%) below which a job is Tiny (rule)
+    jumbo_from_util: float = 60.0  # ... from which it is Jumbo (rule); Medium between
+    min_util_samples: int = 3  # NVML readings of utilisation a class needs
+
+
+def share_score(profile, cfg: LivePackingConfig, model=None) -> tuple[int | None, str]:
+    """(sharing score, how it was found) from a job's profiling-run figures (an object with
+    gpu_util, gmem_util, gmem_mib, util_samples; None: no figures), or (None, why none)."""
+    if profile is None:
+        return None, "no GPU figures from its profiling run (not profiled, or no NVML sampler on its node)"
+    util, samples = profile.gpu_util, int(profile.util_samples or 0)
+    if util is None or samples < cfg.min_util_samples:
+        return None, (f"{samples} utilisation reading(s) from its profiling run, fewer than {cfg.min_util_samples} "
+                      "(a MIG GPU has none)")
+    gmem = profile.gmem_mib if profile.gmem_mib is not None else 0.0
+    if model is not None:
+        mem_util = profile.gmem_util if profile.gmem_util is not None else 0.0
+        scores = [int(model.predict_one(util, mem_util, gmem, amp)) for amp in (0, 1)]
+        score = max(scores)
+        return score, (f"packing model: {SCORE_NAMES[score]} from SM {util:.0f} %, memory read/write "
+                       f"{mem_util:.0f} %, {gmem:.0f} MiB" + (" (the higher of amp off and on: NVML cannot see amp)"
+                                                             if scores[0] != scores[1] else ""))
+    score = TINY if util < cfg.tiny_below_util else MEDIUM if util < cfg.jumbo_from_util else JUMBO
+    return score, (f"SM utilisation {util:.0f} % over {samples} readings: {SCORE_NAMES[score]} (Tiny below "
+                   f"{cfg.tiny_below_util:g} %, Jumbo from {cfg.jumbo_from_util:g} %)")
+
+
+def sharing_blocker(profile, score: int | None, why_score: str, cfg: LivePackingConfig) -> str | None:
+    """Why a job may share a GPU with no job at all, or None when it may share with any other
+    job that passes this test (every such pair keeps the binder's GSS and memory rules)."""
+    if score is None:
+        return f"no packing class: {why_score}"
+    if 2 * score > cfg.gss:
+        return f"{why_score}; a pair of such jobs could exceed GSS {cfg.gss}"
+    if cfg.gpu_memory_mib <= 0:
+        return "[packing] gpu_memory_mib is not set: whether two jobs fit one GPU is unknown"
+    gmem = profile.gmem_mib
+    if gmem is None:
+        return "its GPU memory is unknown"
+    half = (cfg.gpu_memory_mib - cfg.memory_headroom_mib) / 2
+    if gmem > half:
+        return (f"{why_score}; it used {gmem:.0f} MiB of GPU memory, more than half of a GPU's "
+                f"{cfg.gpu_memory_mib:.0f} MiB less {cfg.memory_headroom_mib:.0f} MiB headroom ({half:.0f} MiB)")
+    return None
+
+
+def partitions_wanting_gpus(waiting) -> dict:
+    """partition -> a job there that waits for GPUs (reason Resources or Priority), from the
+    pending jobs of the managed partitions (LiveJob-like: partition, reason, held, dependency)."""
+    out = {}
+    for j in waiting:
+        if j.reason in WAITING_FOR_GPUS and j.gpus > 0:
+            for p in (j.partition or "").split(","):
+                out.setdefault(p, j.job_id)
+    return out
+
+
+def shard_decision(job, partition: str, profile, wanting: dict, cfg: LivePackingConfig,
+                   model=None) -> tuple[int, str]:
+    """(shard count, why) for a waiting job of shards (`job.packable`) that waits in (or is
+    released to) `partition`."""
+    score, why = share_score(profile, cfg, model)
+    blocked = sharing_blocker(profile, score, why, cfg)
+    if blocked is not None:
+        return OWN, f"a GPU of its own: {blocked}"
+    parts = [p for p in (partition or "").split(",") if p]
+    waiter = next((wanting[p] for p in parts if p in wanting), None)
+    if waiter is None:
+        return OWN, (f"a GPU of its own: {why}, but nobody waits for GPUs in {partition} (lazy packing: "
+                     "sharing slows both jobs, so it waits until free GPUs are wanted)")
+    who = "it waits for GPUs itself" if waiter == job.job_id else f"job {waiter} waits for GPUs there"
+    return SHARED, (f"may share a GPU (one shard): {why}; {who}; any job it meets on a GPU passed the same "
+                    f"test (GSS {cfg.gss}, at most half a GPU's memory each)")

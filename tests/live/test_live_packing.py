@@ -1,0 +1,218 @@
+"""GPU packing on the live cluster (binder/live.py, the decider's shard counts, the daemon's
+apply and fail-open): unit tests on the in-memory cluster and on Slurm replies read from the test
+cluster. The real mechanics (two 1-shard jobs on one GPU) are in tests/slurm/test_live_packing.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from binder.live import OWN, SHARED, LivePackingConfig, partitions_wanting_gpus, shard_decision, share_score
+from lucidd.backends.base import LiveJob
+from lucidd.backends.slurm import gres_used_gpus, parse_job, sacct_rows
+from lucidd.errors import ConfigError
+from lucidd.live.config import config_from_dict
+from lucidd.live.reconcile import Reconciler, open_inbox
+from lucidd.live.store import Store
+from lucidd.sacct_import import _tres_gpus
+from orchestrator.live import LucidDecider
+
+from .memslurm import Clock, MemSlurm
+
+ORIG = "lucid:orig=tres_per_node=gres:gpu:1 lucid:partition=main"
+CFG = LivePackingConfig(gpu_memory_mib=24576)
+
+
+def prof(util=20.0, mem=2000.0, samples=5, mem_util=10.0):
+    return SimpleNamespace(gpu_util=util, gmem_util=mem_util, gmem_mib=mem, util_samples=samples)
+
+
+# ----- what Slurm says about jobs of shards (read off the test cluster, 28 November 2026) ----------
+
+def test_a_job_of_shards_counts_one_gpu_and_is_packable_only_when_lua_made_it():
+    rec = {"job_id": 12, "job_state": "PENDING", "partition": "main", "tres_per_node": "gres:shard:2",
+           "tres_per_job": "", "tres_req_str": "cpu=1,mem=1000M,node=1,billing=1,gres/shard=2", "node_count": 1,
+           "admin_comment": ORIG}
+    j = parse_job(rec)
+    assert (j.gpus, j.shards, j.packable) == (1, 2, True)
+    assert parse_job(rec | {"tres_per_node": "gres:shard:1"}).shards == 1
+    # a user's own shard request is never changed by lucidd
+    assert not parse_job(rec | {"admin_comment": "lucid:partition=main"}).packable
+    plain = parse_job(rec | {"tres_per_node": "gres:gpu:1", "tres_req_str": "cpu=1,gres/gpu=1", "admin_comment": ""})
+    assert (plain.gpus, plain.shards, plain.packable) == (1, 0, False)
+
+
+def test_a_nodes_used_gpus_count_the_gpus_shard_jobs_hold():
+    # 4 GPUs held by gpu jobs, 2 by three shard jobs (two share g4); slurmctld counts g4's shards as 1
+    used = ("gpu:g0:1(IDX:0),gpu:g1:1(IDX:1),gpu:g2:1(IDX:2),gpu:g3:1(IDX:3),gpu:g4:0(IDX:N/A),gpu:g5:0(IDX:N/A),"
+            "gpu:g6:0(IDX:N/A),gpu:g7:0(IDX:N/A),shard:g0:0(IDX:N/A),shard:g1:0(IDX:N/A),shard:g2:0(IDX:N/A),"
+            "shard:g3:0(IDX:N/A),shard:g4:1(IDX:4),shard:g5:1(IDX:5),shard:g6:0(IDX:N/A),shard:g7:0(IDX:N/A)")
+    assert gres_used_gpus(used) == 6
+    assert gres_used_gpus("gpu:2(IDX:0-1),shard:0(IDX:N/A)") == 2
+    assert gres_used_gpus("gpu:a100:3") == 3  # no index lists: the count
+    assert gres_used_gpus("") == 0
+
+
+def test_accounting_counts_a_job_of_shards_as_one_gpu():
+    shard = [{"type": "gres", "name": "shard", "count": 2}, {"type": "cpu", "count": 1}]
+    assert _tres_gpus(shard) == 1
+    assert _tres_gpus([{"type": "gres", "name": "gpu", "count": 4}]) == 4
+    rows = sacct_rows({"jobs": [{"job_id": 7, "tres": {"requested": shard, "allocated": shard}, "time": {},
+                                 "state": {"current": "COMPLETED"}}]})
+    assert rows[0]["gpus"] == 1
+
+
+# ----- the pure decision --------------------------------------------------------------------------
+
+def test_the_rule_scores_by_sm_utilisation_and_a_model_takes_the_worse_amp():
+    assert share_score(prof(util=10), CFG)[0] == 0
+    assert share_score(prof(util=45), CFG)[0] == 1
+    assert share_score(prof(util=75), CFG)[0] == 2
+    assert share_score(prof(samples=1), CFG)[0] is None
+    assert share_score(None, CFG)[0] is None
+
+    class Model:
+        def predict_one(self, util, mem_util, gmem, amp):
+            return 1 if amp else 0
+
+    score, why = share_score(prof(), CFG, Model())
+    assert score == 1 and "higher of amp off and on" in why
+
+
+def test_lazy_packing_shares_only_while_someone_waits_for_gpus():
+    job = SimpleNamespace(job_id=5, partition="main")
+    count, why = shard_decision(job, "main", prof(), {}, CFG)
+    assert count == OWN and "nobody waits for GPUs in main" in why
+    count, why = shard_decision(job, "main", prof(), {"main": 9}, CFG)
+    assert count == SHARED and "job 9 waits for GPUs there" in why
+    assert shard_decision(job, "main", prof(), {"main": 5}, CFG)[1].count("it waits for GPUs itself") == 1
+    assert shard_decision(job, "main", prof(), {"research": 9}, CFG)[0] == OWN  # another partition's queue
+
+
+@pytest.mark.parametrize("p,cfg,why", [
+    (prof(util=80), CFG, "could exceed GSS 2"),  # Jumbo
+    (prof(util=45), LivePackingConfig(gss=1, gpu_memory_mib=24576), "could exceed GSS 1"),  # Medium, GSS 1
+    (prof(mem=12000), CFG, "more than half of a GPU"),  # (24,576 - 1,024) / 2 = 11,776 MiB
+    (prof(), LivePackingConfig(), "gpu_memory_mib is not set"),
+    (None, CFG, "no packing class"),
+])
+def test_a_job_that_could_hurt_any_partner_keeps_a_gpu_of_its_own(p, cfg, why):
+    count, reason = shard_decision(SimpleNamespace(job_id=5, partition="main"), "main", p, {"main": 9}, cfg)
+    assert count == OWN and why in reason, reason
+
+
+def test_waiting_for_gpus_is_slurms_reason_resources_or_priority():
+    jobs = [LiveJob(1, partition="main", reason="Resources", gpus=8),
+            LiveJob(2, partition="research", reason="Dependency", gpus=1),
+            LiveJob(3, partition="research", reason="BeginTime", gpus=1),
+            LiveJob(4, partition="main,research", reason="Priority", gpus=1)]
+    assert partitions_wanting_gpus(jobs) == {"main": 1, "research": 4}
+
+
+# ----- config -----------------------------------------------------------------------------------
+
+def test_packing_needs_the_gpu_memory_and_a_model_that_loads(tmp_path):
+    with pytest.raises(ConfigError, match="gpu_memory_mib"):
+        config_from_dict({"packing": {"enabled": True}})
+    with pytest.raises(ConfigError, match="tiny_below_util"):
+        config_from_dict({"packing": {"enabled": True, "gpu_memory_mib": 1000, "tiny_below_util": 70}})
+    assert not config_from_dict({}).packing.enabled  # off by default
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)},
+                            "packing": {"enabled": True, "gpu_memory_mib": 1000, "model": str(tmp_path / "none")}})
+    with pytest.raises(ConfigError, match=r"\[packing\] model: cannot load"):
+        LucidDecider(cfg)
+
+
+# ----- the daemon -------------------------------------------------------------------------------
+
+@pytest.fixture
+def packing_cluster(tmp_path):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")},
+                            "profiler": {"tprof_s": 60, "skip_when_free": False, "lend_idle_gpus": False,
+                                         "long_tprof_s": 0},
+                            "packing": {"enabled": True, "gpu_memory_mib": 24576}})
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=clock)
+    return cfg, clock, slurm, store, rec
+
+
+def _cycles(rec, clock, seconds, step=10):
+    for _ in range(int(seconds // step)):
+        clock.t += step
+        assert rec.cycle().ok
+
+
+def _profiled(slurm, store, clock, rec, job_id, util=20.0):
+    """A job of shards (as job_submit.lua makes a 1-GPU request) run in profiling with figures."""
+    slurm.submit(job_id, gpus=1, shards=2)
+    slurm.jobs[job_id].admin_comment = ORIG
+    _cycles(rec, clock, 10)
+    assert slurm.jobs[job_id].partition == "profiling"
+    slurm.start(job_id)
+    store.create_gpu_profiles()
+    store.save_gpu_profiles([SimpleNamespace(job_id=job_id, partition="profiling", node="gpu1", first_t=clock.t,
+                                             last_t=clock.t + 50, samples=10, util_samples=10, gpu_util=util,
+                                             gmem_util=5.0, gmem_max_mib=3000.0, gpus={0})])
+
+
+def test_a_profiled_job_is_lowered_before_its_release_while_its_partition_waits_and_raised_after(packing_cluster):
+    cfg, clock, slurm, store, rec = packing_cluster
+    slurm.jobs[99] = LiveJob(99, partition="main", gpus=8, reason="Resources", admin_comment="lucid:partition=main")
+    _profiled(slurm, store, clock, rec, 5)
+    _profiled(slurm, store, clock, rec, 6, util=90.0)  # Jumbo: keeps a GPU of its own
+    _cycles(rec, clock, 80)  # Tprof: requeued, pending again (BeginTime), then released
+    for jid in (5, 6):
+        slurm.jobs[jid].reason = "BeginTime"
+    _cycles(rec, clock, 20)
+    j5, j6 = slurm.jobs[5], slurm.jobs[6]
+    assert (j5.partition, j5.shards) == ("main", 1) and (j6.partition, j6.shards) == ("main", 2)
+    verbs = [c[0] for c in slurm.job_calls(5)]
+    assert verbs.index("shards") < len(verbs) - 1 - verbs[::-1].index("move")  # lowered before the move to main
+    (act,) = [a for a in store.actions_for(5) if a.kind == "shards"]
+    assert "may share a GPU" in act.reason and "job 99 waits for GPUs there" in act.reason
+    assert not [a for a in store.actions_for(6) if a.kind == "shards"]
+    # nobody waits any more: it waits for a GPU of its own again (lazy packing), once
+    del slurm.jobs[99]
+    j5.reason = "Priority"  # pending, and itself no longer counted as waiting for GPUs ...
+    j5.gpus = 1
+    _cycles(rec, clock, 10)
+    assert j5.shards == 1  # ... it is: Priority means it waits for GPUs
+    j5.reason = "None"
+    _cycles(rec, clock, 30)
+    assert j5.shards == 2
+    assert [a.kind for a in store.actions_for(5)].count("shards") == 2
+
+
+def test_packing_off_changes_no_shard_count(tmp_path):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "profiler": {"tprof_s": 60, "skip_when_free": False}})
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=clock)
+    slurm.jobs[99] = LiveJob(99, partition="main", gpus=8, reason="Resources")
+    _profiled(slurm, store, clock, rec, 5)
+    _cycles(rec, clock, 100)
+    assert not [c for c in slurm.calls if c[0] == "shards"]
+
+
+def test_failopen_gives_waiting_one_shard_jobs_a_gpu_of_their_own_after_opening_the_inbox(tmp_path):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)}})
+    slurm = MemSlurm(Clock())
+    slurm.jobs[5] = LiveJob(5, partition="main", gpus=1, shards=1, admin_comment=ORIG)
+    slurm.jobs[6] = LiveJob(6, partition="main", gpus=1, shards=1, state="RUNNING", admin_comment=ORIG)
+    slurm.jobs[7] = LiveJob(7, partition="main", gpus=1, shards=1, admin_comment="")  # the user's own shard job
+    lines = open_inbox(slurm, cfg, "test")
+    assert slurm.inbox_up
+    assert slurm.jobs[5].shards == 2 and slurm.jobs[6].shards == 1 and slurm.jobs[7].shards == 1
+    assert any("GPU of their own again" in line for line in lines)
+    # a refusal never keeps the inbox shut
+    slurm.inbox_up = False
+    slurm.jobs[5].shards = 1
+    slurm.fail[("shards", 5)] = ("Invalid generic resource", False, False)
+    lines = open_inbox(slurm, cfg, "test")
+    assert slurm.inbox_up and any("left to share GPUs" in line for line in lines)

@@ -1,0 +1,119 @@
+"""GPU packing against the real Slurm 22.05: job_submit.lua (LUCIDD_PACKING) turns 1-GPU requests
+into 2 shards of one GPU, lucidd lowers profiled jobs that may share to 1 shard while their
+partition waits for GPUs, and Slurm puts two such jobs on one GPU. The test cluster's gres.conf
+has one Type per GPU and 2 shards each (scripts/testcluster.sh), as docs/deploy.md asks.
+Only NVML is missing here: the profiling runs' figures are written to lucidd's database as the
+sampler writes them (tests/slurm/test_sampler.py runs the sampler itself on real job processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from lucidd.live.store import Store
+
+from .conftest import VENV_BIN, active_jobs, partition_up, sbatch, sh, squeue, wait_until, write_config
+
+pytestmark = pytest.mark.slurm
+
+SCRIPT = """#!/bin/bash
+echo "part=$SLURM_JOB_PARTITION restarts=${SLURM_RESTART_COUNT:-0} cvd=$CUDA_VISIBLE_DEVICES shards=$SLURM_SHARDS_ON_NODE"
+sleep "$1"
+"""
+
+
+@pytest.fixture
+def packing_lua(clean_cluster):
+    """The test cluster's job_submit.lua with LUCIDD_PACKING = true, put back as shipped after."""
+    lua = Path(os.environ["SLURM_CONF"]).parent / "job_submit.lua"
+    shipped = (Path(__file__).resolve().parents[2] / "lucidd" / "data" / "slurm" / "job_submit.lua").read_text()
+    if "shard" not in sh("sinfo", "-h", "-o", "%G"):
+        pytest.skip("the test cluster has no shards (started with LUCIDD_TC_SHARDS=0)")
+    on = shipped.replace("local LUCIDD_PACKING = false", "local LUCIDD_PACKING = true")
+    assert on != shipped
+    lua.write_text(on)  # slurmctld reads the script again when its mtime changes
+    try:
+        yield lua
+    finally:
+        lua.write_text(shipped)
+
+
+def _job(jid):
+    return next((j for j in squeue() if j["job_id"] == jid), None)
+
+
+def test_two_profiled_jobs_that_may_share_run_on_one_gpu(packing_lua, tmp_path, lucidd_factory):
+    script = tmp_path / "job.sh"
+    script.write_text(SCRIPT)
+    script.chmod(0o755)
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state", profiler={"tprof_s": 15, "lend_idle_gpus": False},
+                       packing={"enabled": True, "gpu_memory_mib": 24576})
+    daemon = lucidd_factory(cfg).start()
+    # gpu2-4 busy (not profiled, no GPU request changed: 8-GPU requests stay whole GPUs)
+    blockers = [sbatch(script, 300, "-w", f"gpu{n}", "--exclusive", "--gres=gpu:8", "--comment", "lucid:noprofile",
+                       name=f"block{n}") for n in (2, 3, 4)]
+    wait_until(lambda: all((_job(b) or {}).get("job_state") == "RUNNING" for b in blockers), 60, "the blockers to run")
+    a, b, c = (sbatch(script, 240, "--gres=gpu:1", name=n) for n in ("tinyA", "tinyB", "jumboC"))
+    for jid in (a, b, c):
+        rec = _job(jid)
+        assert rec["tres_per_node"] == "gres:shard:2" and "lucid:orig=tres_per_node=gres:gpu:1" in rec["admin_comment"]
+    wait_until(lambda: all((_job(j) or {}).get("job_state") == "RUNNING" and _job(j)["partition"] == "profiling"
+                           for j in (a, b, c)), 60, "the three jobs to run in profiling (on gpu1)")
+    # what the NVML sampler on gpu1 would write for their profiling runs
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}").create_gpu_profiles()
+    store.save_gpu_profiles([SimpleNamespace(job_id=jid, partition="profiling", node="gpu1", first_t=0, last_t=10,
+                                             samples=5, util_samples=5, gpu_util=util, gmem_util=10.0,
+                                             gmem_max_mib=3000.0, gpus={k})
+                             for k, (jid, util) in enumerate(((a, 20.0), (b, 45.0), (c, 90.0)))])
+    # a 16-GPU job waits for two whole nodes: its partition waits for GPUs (reason Resources)
+    waiter = sbatch(script, 5, "-N", "2", "--gres=gpu:8", "--comment", "lucid:noprofile", name="waiter")
+    wait_until(lambda: (_job(waiter) or {}).get("state_reason") in ("Resources", "Priority")
+               and _job(waiter)["partition"] == "main", 60, "the wide job to wait in main")
+    # Tprof: requeued, lowered (A, B) or not (C), released to main, started again
+    wait_until(lambda: all((_job(j) or {}).get("job_state") == "RUNNING" and _job(j)["partition"] == "main"
+                           for j in (a, b, c)), 120, "the three jobs to run in main")
+    detail = {j: " ".join(_job(j).get("gres_detail") or []) for j in (a, b, c)}
+    assert _job(a)["tres_per_node"] == "gres:shard:1" and _job(b)["tres_per_node"] == "gres:shard:1", detail
+    assert _job(c)["tres_per_node"] == "gres:shard:2", detail
+    gpu = {j: re.search(r"shard:g(\d+):[12]\(IDX:(\d+)\)", detail[j]) for j in (a, b, c)}
+    assert all(gpu.values()), detail
+    # A and B on one GPU of one node; C on a GPU of its own
+    assert _job(a)["nodes"] == _job(b)["nodes"] and gpu[a].group(2) == gpu[b].group(2), detail
+    assert (_job(c)["nodes"], gpu[c].group(2)) != (_job(a)["nodes"], gpu[a].group(2)), detail
+
+    def out(jid):
+        return (tmp_path / f"{jid}.out").read_text()
+
+    wait_until(lambda: all("part=main" in out(j) for j in (a, b, c)), 30, "the jobs' output")
+    line = {j: next(ln for ln in out(j).splitlines() if "part=main" in ln) for j in (a, b, c)}
+    cvd = {j: re.search(r"cvd=(\S*)", line[j]).group(1) for j in (a, b, c)}
+    assert cvd[a] == cvd[b] == gpu[a].group(2) and "shards=1" in line[a] and "shards=1" in line[b], line
+    assert "shards=2" in line[c], line
+    # explain tells why
+    r = subprocess.run([str(VENV_BIN / "lucidctl"), "--json", "explain", "job", str(a), "--config", str(cfg)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (act,) = [x for x in json.loads(r.stdout)["actions"] if x["kind"] == "shards"]
+    assert act["status"] == "applied" and "may share a GPU" in act["reason"] and f"job {waiter}" in act["reason"]
+    # lucidd gone: fail-open opens the inbox and gives a waiting 1-shard job a GPU of its own again
+    daemon.stop()
+    late = sbatch(script, 60, "--gres=gpu:1", name="late")
+    sh("scontrol", "update", f"jobid={late}", "gres=shard:1")  # as lucidd would have lowered it
+    sh("scontrol", "update", f"jobid={late}", "partition=main", "nodelist=gpu2")  # waits behind a blocker
+    wait_until(lambda: (_job(late) or {}).get("state_reason") in ("Resources", "Priority", "ReqNodeNotAvail"), 30,
+               "the late job to wait")
+    sh("scontrol", "update", "partitionname=inbox", "state=DOWN")
+    # --force: lucidd stopped a moment ago, so its heartbeat is still fresh
+    r = subprocess.run([str(VENV_BIN / "lucidd-failopen"), "--config", str(cfg), "--force"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert partition_up("inbox") and _job(late)["tres_per_node"] == "gres:shard:2", (r.stderr, _job(late))
+    for jid in [*blockers, a, b, c, waiter, late]:
+        sh("scancel", str(jid), check=False)
+    wait_until(lambda: not active_jobs(), 60, "the jobs to end")
