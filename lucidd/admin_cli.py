@@ -87,6 +87,9 @@ def status_data(cfg, store, now=None) -> dict:
     failopen_after = float(d_run.get("failopen_after_s", cfg.daemon.failopen_after_s))
     p_run = {**{k: getattr(cfg.profiler, k) for k in ("tprof_s", "nprof_gpus", "enabled")},
              **{k: v for k, v in (running.get("profiler") or {}).items() if k in ("tprof_s", "nprof_gpus", "enabled")}}
+    k_keys = ("enabled", "gss", "gpu_memory_mib", "model")
+    k_run = {**{k: getattr(cfg.packing, k) for k in k_keys},
+             **{k: v for k, v in (running.get("packing") or {}).items() if k in k_keys}}
     last_ok = store.get_meta("last_ok_cycle")
     dry = store.get_meta("dry_run") == "1"
     stopped_at = _float(store.get_meta("stopped_at"))
@@ -120,6 +123,7 @@ def status_data(cfg, store, now=None) -> dict:
         "failopen_after_s": failopen_after,
         "jobs_by_phase": phases,
         "profiling": p_run,
+        "packing": k_run,
         "recent_errors": errors,
         "last_database_outage": _json_meta(store, "last_database_outage"),
         "jobs_needing_attention": _needing_attention(jobs),
@@ -442,6 +446,10 @@ def cmd_live(args) -> int:
             print(f"  no heartbeat file here ({'a dry run writes none' if d['dry_run'] else 'lucidd not run on this host'}"
                   f"; fail-open after {d['failopen_after_s']:g} s)")
         print(f"  jobs by phase: {d['jobs_by_phase'] or 'none'}")
+        k = d["packing"]
+        print("  GPU packing: " + (f"on (GSS {k['gss']}, GPUs of {k['gpu_memory_mib']:,} MiB, "
+                                     f"{'model ' + k['model'] if k['model'] else 'the rule on SM utilisation'}; "
+                                     "`explain` shows each job's shard changes)" if k["enabled"] else "off"))
         oa = d["order_agreement"]
         if oa["started"]:
             print(f"  last 7 days: Slurm started {oa['started']} ordered job(s), {oa['started_in_order']} in lucidd's "

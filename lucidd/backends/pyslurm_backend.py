@@ -51,11 +51,14 @@ class PySlurmBackend(SlurmBackend):  # pragma: no cover - needs a pyslurm that m
         jobs = []
         for j in pyslurm.Jobs.load().values():
             d = j.to_dict()
+            per_node = d.get("gres_per_node") or {}
+            shards = int(per_node.get("shard", 0) or 0)
+            gpus = int(per_node.get("gpu", 0) or 0) or (1 if shards else 0)  # a job of shards: one GPU
             jobs.append(LiveJob(
                 job_id=int(d["id"]), name=d.get("name") or "", user=d.get("user_name") or "",
                 account=d.get("account") or "", partition=d.get("partition") or "",
                 state=str(d.get("state") or "").upper(), reason=d.get("state_reason") or "",
-                gpus=int((d.get("gres_per_node") or {}).get("gpu", 0)) * int(d.get("num_nodes") or 1),
+                gpus=gpus * int(d.get("num_nodes") or 1), shards=shards,
                 nodes=int(d.get("num_nodes") or 1), submit_time=int(d.get("submit_time") or 0),
                 start_time=d.get("start_time") or None, time_limit_s=(d["time_limit"] * 60) if d.get("time_limit") else None,
                 restart_count=int(d.get("requeue_count") or 0), requeue=bool(d.get("is_requeueable", True)),

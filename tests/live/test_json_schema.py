@@ -63,7 +63,7 @@ VALUES = {
               "explain", "queue", "status", "jobs_needing_attention"},
     "models": {"first", "scheduled", "retry", "drift", "manual", "swapped", "rejected", "skipped", "failed",
                "null", "explain", "decider"},
-    "explain": {"profile", "release", "requeue", "sitefactor", "signal", "applied", "failed", "planned", "done",
+    "explain": {"profile", "release", "requeue", "sitefactor", "signal", "shards", "applied", "failed", "planned", "done",
                 "jobs_by_phase", "ebm", "fallback", "default", "none", "unavailable", "estimate", "dir",
                 "history_days", "explain", "null"},
 }
