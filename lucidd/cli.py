@@ -431,6 +431,9 @@ def _options_of_lucidd_config(path: str, exp, lucid_runs: bool = True) -> dict:
             if (opt in LIVE_OPTIONS and LIVE_OPTIONS[opt][:2] in given)
             or (opt == "profiling" and ("profiler", "enabled") in given)
             or (opt == "interval_s" and ("daemon", "interval_s") in given)}
+    if lucid_runs and cfg.packing.enabled:
+        exp.notes.append(f"{path}: [packing] enabled is not replayed: `lucid` shares no GPU (lucid-standalone packs "
+                         "by its own rules); the figures are those of lucidd without GPU packing")
     interval = opts.get("interval_s")
     if interval is not None and (interval < 1 or interval != int(interval)):  # the replay's cycles: whole seconds
         opts["interval_s"] = float(max(1, round(interval)))

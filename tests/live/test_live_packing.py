@@ -216,3 +216,15 @@ def test_failopen_gives_waiting_one_shard_jobs_a_gpu_of_their_own_after_opening_
     slurm.fail[("shards", 5)] = ("Invalid generic resource", False, False)
     lines = open_inbox(slurm, cfg, "test")
     assert slurm.inbox_up and any("left to share GPUs" in line for line in lines)
+
+
+def test_a_replay_with_packing_on_says_it_does_not_replay_it(tmp_path):
+    from lucidd.cli import _options_of_lucidd_config
+    from lucidd.experiment import make_experiment
+    from lucidd.traces import load_trace, sample_trace_path, sample_vc_config_path
+
+    path = tmp_path / "lucidd.toml"
+    path.write_text("[packing]\nenabled = true\ngpu_memory_mib = 24576\n")
+    exp = make_experiment(load_trace(sample_trace_path(), end=3600), vc_config=sample_vc_config_path())
+    _options_of_lucidd_config(str(path), exp)
+    assert any("[packing] enabled is not replayed" in n for n in exp.notes), exp.notes
