@@ -645,6 +645,7 @@ class LucidDecider(Decider):
         self._refit_thread = None
         self.last_background = ""
         self.packing, self.packing_model = live_packing(config)
+        self._wanted_at = {}  # partition -> (when, job) a job there last waited for GPUs (GPU packing)
         self._history_fingerprint, self._history_since = None, 0  # what the estimator's history was read at
 
     # -- profiling ----------------------------------------------------------------------------
@@ -672,13 +673,26 @@ class LucidDecider(Decider):
             self._order(waiting, now, plan)
         if self.packing is not None:
             self._pack(inp, plan)
+        else:
+            # packing switched off with jobs still lowered: they wait for a GPU of their own again
+            for j in inp.waiting:
+                if j.packable and j.pending and j.shards == 1:
+                    plan.shards[j.job_id] = (2, "a GPU of its own: GPU packing is off ([packing] enabled = false)")
         return plan
 
     def _pack(self, inp: DecisionInput, plan: Plan) -> None:
-        """GPU packing: the shard count of each waiting job of shards (binder/live.py)."""
+        """GPU packing: the shard count of each waiting job of shards (binder/live.py). A partition
+        counts as waiting for GPUs until `hold` after a job there last did: Slurm gives a pending
+        job's reason anew at its next scheduling pass, so a job whose own Resources was the only
+        one would otherwise be lowered and raised again at alternate cycles."""
         from binder.live import partitions_wanting_gpus, shard_decision
 
-        wanting = partitions_wanting_gpus(inp.waiting)
+        hold = max(60.0, 3 * self.cfg.daemon.interval_s)
+        for part, jid in partitions_wanting_gpus(inp.waiting).items():
+            self._wanted_at[part] = (inp.now, jid)
+        for part in [p for p, (t, _) in self._wanted_at.items() if inp.now - t > hold]:
+            del self._wanted_at[part]
+        wanting = {p: jid for p, (t, jid) in self._wanted_at.items()}
         for j in inp.waiting:
             if j.packable and j.pending:
                 # a job requeued after profiling is judged for the partition it is released to

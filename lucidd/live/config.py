@@ -302,6 +302,9 @@ def config_from_dict(raw: dict, path: str | None = None, lenient: list | None = 
             raise ConfigError("[packing] gpu_memory_mib: must be set when enabled (one GPU's memory in MiB, as "
                               "`nvidia-smi --query-gpu=memory.total --format=csv` gives it): without it lucidd "
                               "cannot tell whether two jobs fit one GPU")
+        if k["memory_headroom_mib"] >= k["gpu_memory_mib"]:
+            raise ConfigError(f"[packing] memory_headroom_mib ({k['memory_headroom_mib']}) must be below "
+                              f"gpu_memory_mib ({k['gpu_memory_mib']}): no job could share a GPU")
         if k["tiny_below_util"] > k["jumbo_from_util"]:
             raise ConfigError(f"[packing] tiny_below_util ({k['tiny_below_util']:g}) must not exceed "
                               f"jumbo_from_util ({k['jumbo_from_util']:g})")

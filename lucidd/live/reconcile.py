@@ -184,6 +184,7 @@ def _not_answering(node) -> bool:
 # completion message, and a margin): see Reconciler._controller_settling
 CONTROLLER_SETTLE_S = 45
 REQUEUE_COMPLETING_WAIT_S = 10  # open_inbox waits this long for requeues still completing
+SHARDS_RETRY_S = 600  # a shard change Slurm refused is asked again after this long, not every cycle
 # sacct reads of the finished-job history (Reconciler.read_history)
 HISTORY_CURSOR_KEY = "history_read_to"  # meta: where the sacct reads have got to (Unix seconds)
 HISTORY_OVERLAP_S = 3600  # each read starts this much before the last one ended: slurmdbd may record late
@@ -223,6 +224,7 @@ class Reconciler:
         self.dry_run = dry_run
         self._warned_shadow_inbox = -10 ** 12  # when a dry run last said its inbox holds jobs for nobody
         self._held_back = {}  # job id -> the silent nodes its requeue waits for (logged once per set)
+        self._shards_tried = {}  # job id -> (count, restart, when) of the last shard change asked for
         self._settle_logged = None  # the slurmctld start time the requeue hold was logged for
         self._boot_read = None  # (monotonic, slurmctld start time) of the last read
         self._warned_no_boot = False
@@ -927,11 +929,19 @@ class Reconciler:
             if j is None or jid not in records or not j.pending or not j.packable or j.shards == count \
                     or (jid not in leaving and not self.is_managed(j.partition)):
                 continue
+            tried = self._shards_tried.get(jid)
+            if tried is not None and tried[:2] == (count, j.restart_count) and (
+                    self.dry_run or now - tried[2] < SHARDS_RETRY_S):
+                continue  # a shadow changes nothing, and a refused change waits: not one row per cycle
             by_count.setdefault(count, []).append((f"shards:{jid}:{j.restart_count}:{count}:{now}", jid, "shards",
                                                    {"count": count, "restart": j.restart_count}, reason))
         for count, items in sorted(by_count.items()):
+            for it in items:
+                self._shards_tried[it[1]] = (count, seen[it[1]].restart_count, now)
             n += len(self._act_batch(items, lambda ids, c=count: self.backend.set_shards(ids, c), now,
                                      idempotent=False))
+        for jid in [k for k in self._shards_tried if k not in seen or not seen[k].pending]:
+            del self._shards_tried[jid]
         for jid, reason in plan.abandon:
             r = records.get(jid)
             if r is not None and r.profile != "abandoned":
@@ -1152,6 +1162,7 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time, released:
         except BackendError:
             pass
         raise
+    _raise_shared(backend, snap, lines)
     by_target = {}
     for j in snap.jobs:
         if j.partition == s.inbox_partition and j.pending:
@@ -1218,21 +1229,37 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time, released:
         if inbox is not None and not inbox.up:
             backend.set_partition_up(s.inbox_partition, True)
             lines.append(f"partition {s.inbox_partition} set UP: Slurm schedules new jobs without lucidd ({reason})")
-        # GPU packing: a waiting job lucidd lowered to one shard would go on sharing GPUs with nobody
-        # to judge whether free GPUs are wanted; raised back, it waits for a GPU of its own, as a
-        # 1-GPU job does without lucidd. After the inbox, so that this never keeps it shut.
-        shared = [j.job_id for j in snap.jobs if j.pending and j.packable and j.shards == 1]
-        if shared:
-            try:
-                backend.set_shards(shared, 2)
-                lines.append(f"{len(shared)} waiting job(s) of one shard given a GPU of their own again "
-                             f"(GPU packing): {shared[:10]}")
-            except (BackendError, NotImplementedError) as exc:
-                lines.append(f"waiting job(s) of one shard {shared[:10]} left to share GPUs ({exc})")
     finally:
         for line in lines:
             log.warning("fail-open: %s", line)
     return lines
+
+
+def _raise_shared(backend: Backend, snap, lines: list) -> None:
+    """GPU packing at fail-open: a waiting job lucidd lowered to one shard would go on sharing GPUs
+    with nobody to judge whether free GPUs are wanted; raised back, it waits for a GPU of its own,
+    as a 1-GPU job does without lucidd. Before any job is released (a requeued job lowered before
+    its move must not start sharing on its way), and never a reason to keep the inbox shut: a
+    refused call is tried job by job (one that started meanwhile refuses), then left."""
+    shared = [j.job_id for j in snap.jobs if j.pending and j.packable and j.shards == 1]
+    if not shared:
+        return
+    raised, left = [], []
+    try:
+        backend.set_shards(shared, 2)
+        raised = shared
+    except (BackendError, NotImplementedError):
+        for jid in shared:
+            try:
+                backend.set_shards([jid], 2)
+                raised.append(jid)
+            except (BackendError, NotImplementedError) as exc:
+                left.append(f"{jid} ({exc})")
+    if raised:
+        lines.append(f"{len(raised)} waiting job(s) of one shard given a GPU of their own again (GPU packing): "
+                     f"{raised[:10]}")
+    if left:
+        lines.append(f"waiting job(s) of one shard left to share GPUs: {', '.join(left[:10])}")
 
 
 def heartbeat_age(path: str, now: float | None = None) -> float | None:

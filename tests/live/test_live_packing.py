@@ -4,12 +4,15 @@ cluster. The real mechanics (two 1-shard jobs on one GPU) are in tests/slurm/tes
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from binder.live import OWN, SHARED, LivePackingConfig, partitions_wanting_gpus, shard_decision, share_score
-from lucidd.backends.base import LiveJob
+from lucidd.backends.base import BackendError, LiveJob
 from lucidd.backends.slurm import gres_used_gpus, parse_job, sacct_rows
 from lucidd.errors import ConfigError
 from lucidd.live.config import config_from_dict
@@ -116,10 +119,12 @@ def test_packing_needs_the_gpu_memory_and_a_model_that_loads(tmp_path):
     with pytest.raises(ConfigError, match="gpu_memory_mib"):
         config_from_dict({"packing": {"enabled": True}})
     with pytest.raises(ConfigError, match="tiny_below_util"):
-        config_from_dict({"packing": {"enabled": True, "gpu_memory_mib": 1000, "tiny_below_util": 70}})
+        config_from_dict({"packing": {"enabled": True, "gpu_memory_mib": 24576, "tiny_below_util": 70}})
+    with pytest.raises(ConfigError, match="memory_headroom_mib"):  # nothing could ever share
+        config_from_dict({"packing": {"enabled": True, "gpu_memory_mib": 1000}})
     assert not config_from_dict({}).packing.enabled  # off by default
     cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)},
-                            "packing": {"enabled": True, "gpu_memory_mib": 1000, "model": str(tmp_path / "none")}})
+                            "packing": {"enabled": True, "gpu_memory_mib": 24576, "model": str(tmp_path / "none")}})
     with pytest.raises(ConfigError, match=r"\[packing\] model: cannot load"):
         LucidDecider(cfg)
 
@@ -140,10 +145,11 @@ def packing_cluster(tmp_path):
     return cfg, clock, slurm, store, rec
 
 
-def _cycles(rec, clock, seconds, step=10):
+def _cycles(rec, clock, seconds, step=10, check=True):
     for _ in range(int(seconds // step)):
         clock.t += step
-        assert rec.cycle().ok
+        ok = rec.cycle().ok
+        assert ok or not check
 
 
 def _profiled(slurm, store, clock, rec, job_id, util=20.0):
@@ -181,7 +187,9 @@ def test_a_profiled_job_is_lowered_before_its_release_while_its_partition_waits_
     j5.gpus = 1
     _cycles(rec, clock, 10)
     assert j5.shards == 1  # ... it is: Priority means it waits for GPUs
-    j5.reason = "None"
+    j5.reason = "None"  # as Slurm shows a job right after an update, until its next scheduling pass
+    _cycles(rec, clock, 50)
+    assert j5.shards == 1  # not raised at once: the partition waited for GPUs less than a minute ago
     _cycles(rec, clock, 30)
     assert j5.shards == 2
     assert [a.kind for a in store.actions_for(5)].count("shards") == 2
@@ -200,22 +208,34 @@ def test_packing_off_changes_no_shard_count(tmp_path):
     assert not [c for c in slurm.calls if c[0] == "shards"]
 
 
-def test_failopen_gives_waiting_one_shard_jobs_a_gpu_of_their_own_after_opening_the_inbox(tmp_path):
+def test_failopen_gives_waiting_one_shard_jobs_a_gpu_of_their_own_before_releasing_any(tmp_path, monkeypatch):
     cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)}})
     slurm = MemSlurm(Clock())
     slurm.jobs[5] = LiveJob(5, partition="main", gpus=1, shards=1, admin_comment=ORIG)
     slurm.jobs[6] = LiveJob(6, partition="main", gpus=1, shards=1, state="RUNNING", admin_comment=ORIG)
-    slurm.jobs[7] = LiveJob(7, partition="main", gpus=1, shards=1, admin_comment="")  # the user's own shard job
+    slurm.jobs[7] = LiveJob(7, partition="main", gpus=1, shards=1, admin_comment="")  # not lucidd's to change
+    slurm.jobs[8] = LiveJob(8, partition="inbox", gpus=1, shards=1, admin_comment=ORIG)
     lines = open_inbox(slurm, cfg, "test")
-    assert slurm.inbox_up
-    assert slurm.jobs[5].shards == 2 and slurm.jobs[6].shards == 1 and slurm.jobs[7].shards == 1
+    assert slurm.inbox_up and slurm.jobs[8].partition == "main"
+    assert slurm.jobs[5].shards == 2 and slurm.jobs[8].shards == 2
+    assert slurm.jobs[6].shards == 1 and slurm.jobs[7].shards == 1
+    assert [c[0] for c in slurm.job_calls(8)] == ["shards", "move"]  # raised before it is released
     assert any("GPU of their own again" in line for line in lines)
-    # a refusal never keeps the inbox shut
+    # one job that refuses (it started meanwhile) leaves the others raised, and never the inbox shut
     slurm.inbox_up = False
-    slurm.jobs[5].shards = 1
-    slurm.fail[("shards", 5)] = ("Invalid generic resource", False, False)
+    slurm.jobs[5].shards = slurm.jobs[8].shards = 1
+    slurm.jobs[8].partition = "main"
+    real = slurm.set_shards
+
+    def refuse_5(ids, count):
+        if 5 in ids:
+            raise BackendError("Job is no longer pending execution", transient=False)
+        real(ids, count)
+
+    monkeypatch.setattr(slurm, "set_shards", refuse_5)
     lines = open_inbox(slurm, cfg, "test")
-    assert slurm.inbox_up and any("left to share GPUs" in line for line in lines)
+    assert slurm.inbox_up and slurm.jobs[8].shards == 2 and slurm.jobs[5].shards == 1
+    assert any("left to share GPUs: 5" in line for line in lines), lines
 
 
 def test_a_replay_with_packing_on_says_it_does_not_replay_it(tmp_path):
@@ -228,3 +248,127 @@ def test_a_replay_with_packing_on_says_it_does_not_replay_it(tmp_path):
     exp = make_experiment(load_trace(sample_trace_path(), end=3600), vc_config=sample_vc_config_path())
     _options_of_lucidd_config(str(path), exp)
     assert any("[packing] enabled is not replayed" in n for n in exp.notes), exp.notes
+
+
+# ----- from a review of the change (28 November 2026): each failed before its fix -----------------
+
+LUA = str(Path(__file__).resolve().parents[2] / "lucidd" / "data" / "slurm" / "job_submit.lua")
+STUB = r'''
+slurm = {SUCCESS=0, ERROR=-1, NO_VAL=4294967294, ESLURM_ACCESS_DENIED=2002,
+  log_user=function(...) end, log_info=function(...) end}
+local src = io.open(arg[1]):read("*a")
+src = src:gsub("local LUCIDD_PACKING = false", "local LUCIDD_PACKING = true")
+assert(loadstring(src))()
+local d = {min_nodes=4294967294, max_nodes=4294967294}
+for i = 2, #arg, 2 do d[arg[i]] = tonumber(arg[i+1]) or arg[i+1] end
+local rc = slurm_job_submit(d, {}, 1000)
+io.write(rc, "|", tostring(d.tres_per_node), "|", tostring(d.tres_per_job), "\n")
+'''
+
+
+def _lua_submit(tmp_path, **fields):
+    if shutil.which("lua5.1") is None:
+        pytest.skip("lua5.1 not installed (scripts/testcluster.sh install brings it)")
+    stub = tmp_path / "stub.lua"
+    stub.write_text(STUB)
+    args = [str(x) for kv in fields.items() for x in kv]
+    out = subprocess.run(["lua5.1", str(stub), LUA, *args], capture_output=True, text=True, check=True).stdout
+    rc, tpn, tpj = out.strip().split("|")
+    return int(rc), tpn, tpj
+
+
+# 1. users' own shard requests are accepted: unvetted 1-shard jobs meet lucidd's vetted ones
+@pytest.mark.parametrize("spec", ["gres:shard:1", "gres:shard:0"])
+def test_lua_with_packing_on_does_not_let_users_ask_for_shards_themselves(tmp_path, spec):
+    rc, tpn, _ = _lua_submit(tmp_path, tres_per_node=spec)
+    # lucidd's guarantee "any two 1-shard jobs passed the same test" needs every 1-shard job to be
+    # one lucidd lowered: a user's own shard:1 (say a Jumbo job) must be refused or made shard:2
+    assert rc != 0 or tpn == "gres:shard:2", (rc, tpn)
+
+
+# 2. --gpus=1 (one GPU for the whole job) becomes one GPU on *every* node of a multi-node job
+def test_lua_does_not_turn_a_per_job_gpu_into_per_node_shards_when_the_job_may_span_nodes(tmp_path):
+    rc, tpn, tpj = _lua_submit(tmp_path, tres_per_job="gres:gpu:1", num_tasks=64)  # -n64 --gpus=1, no -N
+    assert rc == 0
+    assert tpj == "gres:gpu:1" and tpn in ("nil", ""), (tpn, tpj)
+
+
+def _review_cluster(tmp_path, packing=True, dry_run=False):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")},
+                            "profiler": {"tprof_s": 60, "skip_when_free": False, "lend_idle_gpus": False,
+                                         "long_tprof_s": 0},
+                            "packing": {"enabled": packing, "gpu_memory_mib": 24576}})
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=clock, dry_run=dry_run)
+    return cfg, clock, slurm, store, rec
+
+
+def _lowered_in_profiling(tmp_path, fail_move):
+    """Job 5 profiled, requeued, lowered to 1 shard by _apply; its release (the move) fails."""
+    cfg, clock, slurm, store, rec = _review_cluster(tmp_path)
+    slurm.jobs[99] = LiveJob(99, partition="main", gpus=8, reason="Resources", admin_comment="lucid:partition=main")
+    _profiled(slurm, store, clock, rec, 5)
+    slurm.fail[("move", 5)] = fail_move  # the release after the requeue fails (or lucidd dies there)
+    j = slurm.jobs[5]
+    for _ in range(12):  # Tprof: requeued (pending in profiling, BeginTime), lowered, release fails
+        _cycles(rec, clock, 10, check=False)
+        if j.restart_count:
+            j.reason = "BeginTime"
+        if j.shards == 1:
+            break
+    assert (j.partition, j.pending, j.restart_count, j.shards) == ("profiling", True, 1, 1)
+    return cfg, clock, slurm, store, rec
+
+
+# 3. fail-open releases the requeued 1-shard job (starttime=now) before it raises its shards
+def test_failopen_raises_a_requeued_jobs_shards_before_releasing_it(tmp_path):
+    cfg, clock, slurm, store, rec = _lowered_in_profiling(tmp_path, ("slurmctld timed out", True, False))
+    slurm.calls.clear()
+    open_inbox(slurm, cfg, "lucidd is dead", clock=lambda: clock.t + 100)
+    verbs = [c[0] for c in slurm.job_calls(5)]
+    assert "shards" in verbs and verbs.index("shards") < verbs.index("move"), verbs
+
+
+# 5. with [packing] off (turned off, or lucidd restarted without it) lowered jobs share for ever
+def test_lucidd_with_packing_off_raises_jobs_it_lowered_earlier(tmp_path):
+    cfg, clock, slurm, store, rec = _lowered_in_profiling(tmp_path, ("partition gone", False, False))
+    slurm.jobs[5].partition = "main"  # released (say by the next cycle), waits in main with 1 shard
+    del slurm.jobs[99]
+    cfg2 = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                             "models": {"dir": str(tmp_path / "models")},
+                             "profiler": {"tprof_s": 60, "skip_when_free": False, "lend_idle_gpus": False}})
+    rec2 = Reconciler(cfg2, slurm, store, LucidDecider(cfg2), clock=clock, monotonic=clock)
+    _cycles(rec2, clock, 60)
+    assert slurm.jobs[5].pending and slurm.jobs[5].shards == 2
+
+
+# 7. dry-run: the would-be shard change is recorded again every cycle (key has `now`, never applied)
+def test_dry_run_records_a_shard_change_once_not_every_cycle(tmp_path):
+    cfg, clock, slurm, store, rec = _review_cluster(tmp_path, dry_run=True)
+    slurm.jobs[99] = LiveJob(99, partition="main", gpus=8, reason="Resources", admin_comment="lucid:partition=main")
+    j = LiveJob(5, partition="main", gpus=1, shards=2, admin_comment=ORIG, submit_time=int(clock.t), reason="Priority")
+    slurm.jobs[5] = j
+    store.create_gpu_profiles()
+    store.save_gpu_profiles([SimpleNamespace(job_id=5, partition="profiling", node="gpu1", first_t=clock.t,
+                                             last_t=clock.t + 50, samples=10, util_samples=10, gpu_util=20.0,
+                                             gmem_util=5.0, gmem_max_mib=3000.0, gpus={0})])
+    _cycles(rec, clock, 600)
+    rows = [a for a in store.actions_for(5) if a.kind == "shards"]
+    assert 1 <= len(rows) <= 2, len(rows)
+
+
+@pytest.mark.parametrize("fields,converted", [
+    ({"tres_per_node": "gres:gpu:1"}, True),
+    ({"tres_per_job": "gres:gpu:1"}, True),  # one task: one node
+    ({"tres_per_job": "gres:gpu:1", "num_tasks": 4, "max_nodes": 1}, True),  # -N1 -n4 --gpus=1
+    ({"tres_per_node": "gres:gpu:2"}, False),
+    ({"tres_per_node": "gres:gpu:1", "min_nodes": 2, "max_nodes": 2}, False),
+    ({"tres_per_node": "gres:gpu:1", "mem_per_tres": "gres:gpu:1024"}, False),
+])
+def test_lua_converts_only_a_plain_one_gpu_request_on_one_node(tmp_path, fields, converted):
+    rc, tpn, tpj = _lua_submit(tmp_path, **fields)
+    assert rc == 0
+    assert (tpn == "gres:shard:2" and tpj in ("", "nil")) == converted, (tpn, tpj)

@@ -60,13 +60,16 @@ local function note_admin(job_desc, note)
   job_desc.admin_comment = note
 end
 
+local function set(v) return v ~= nil and v ~= slurm.NO_VAL end
+
 -- A plain 1-GPU request (--gres=gpu:1, --gpus-per-node=1 or --gpus=1, one node, no per-GPU CPU or
 -- memory, no type) becomes 2 shards of one GPU; anything else is left as it was asked for.
 local function to_shards(job_desc)
-  if has_shard(job_desc.tres_per_job) or has_shard(job_desc.tres_per_task)
-     or has_shard(job_desc.tres_per_socket) then
-    -- shards given per job or per task crash slurmctld 22.05 when scheduled (notes G.3.3)
-    slurm.log_user("shard may only be requested per node (--gres=shard:N)")
+  if has_shard(job_desc.tres_per_node) or has_shard(job_desc.tres_per_job)
+     or has_shard(job_desc.tres_per_task) or has_shard(job_desc.tres_per_socket) then
+    -- Every 1-shard job must be one lucidd judged: a user's own could share a GPU with anyone.
+    -- (Shards given per job or per task, or a zero count, also crash slurmctld 22.05: notes G.3.3.)
+    slurm.log_user("GPU shards are lucidd's on this cluster: ask for --gres=gpu:1, lucidd shares the GPU when it can")
     return slurm.ERROR
   end
   local tpn, tpj = job_desc.tres_per_node, job_desc.tres_per_job
@@ -78,8 +81,14 @@ local function to_shards(job_desc)
           and unset(job_desc.cpus_per_tres) and unset(job_desc.mem_per_tres)) then
     return slurm.SUCCESS            -- their per-GPU figures name gpu: Slurm would reject shards
   end
-  local mn = job_desc.min_nodes
-  if mn ~= nil and mn ~= slurm.NO_VAL and mn > 1 then return slurm.SUCCESS end
+  local mn, xn = job_desc.min_nodes, job_desc.max_nodes
+  if set(mn) and mn > 1 then return slurm.SUCCESS end
+  -- --gpus=1 is one GPU for the whole job, shards are per node: only a job that cannot span nodes
+  -- (-N1, or one task) is converted
+  if field == "tres_per_job" and not (set(xn) and xn == 1) then
+    local nt = job_desc.num_tasks
+    if set(nt) and nt > 1 then return slurm.SUCCESS end
+  end
   job_desc.tres_per_job = ""
   job_desc.tres_per_node = "gres:shard:2"
   note_admin(job_desc, ORIG_TAG .. field .. "=" .. ONE_GPU)
