@@ -174,6 +174,8 @@ def gres_gpu_count(spec: str) -> int:
         item = item.strip()
         if not item:
             continue
+        if item.startswith("gres/") and "=" not in item:  # newer Slurm's tres_per_node: gres/gpu:2
+            item = "gres:" + item[len("gres/"):]
         if item.startswith("gres/gpu"):  # TRES form gres/gpu=N or gres/gpu:type=N
             m = re.match(r"gres/gpu(?::[^=]+)?=(\d+)", item)
             total += int(m.group(1)) if m and ":" not in item.split("=")[0] else 0
@@ -192,7 +194,7 @@ def gres_shard_count(spec: str) -> int:
     """Shards in a job's GRES spec ('gres:shard:2', 'shard:g4:1'); 0 when it asks for none."""
     total = 0
     for item in re.sub(r"\([^)]*\)", "", spec or "").split(","):
-        parts = item.strip().split(":")
+        parts = item.strip().replace("gres/", "gres:", 1).split(":")  # newer Slurm writes gres/shard:2
         if parts and parts[0] == "gres":
             parts = parts[1:]
         if parts and parts[0] == "shard":

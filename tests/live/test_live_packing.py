@@ -40,6 +40,8 @@ def test_a_job_of_shards_counts_one_gpu_and_is_packable_only_when_lua_made_it():
     j = parse_job(rec)
     assert (j.gpus, j.shards, j.packable) == (1, 2, True)
     assert parse_job(rec | {"tres_per_node": "gres:shard:1"}).shards == 1
+    assert parse_job(rec | {"tres_per_node": "gres/shard:1"}).shards == 1  # newer Slurm's spelling
+    assert parse_job(rec | {"tres_per_node": "gres/gpu:2", "tres_req_str": ""}).gpus == 2
     # a user's own shard request is never changed by lucidd
     assert not parse_job(rec | {"admin_comment": "lucid:partition=main"}).packable
     plain = parse_job(rec | {"tres_per_node": "gres:gpu:1", "tres_req_str": "cpu=1,gres/gpu=1", "admin_comment": ""})
