@@ -938,8 +938,12 @@ class Reconciler:
         for count, items in sorted(by_count.items()):
             for it in items:
                 self._shards_tried[it[1]] = (count, seen[it[1]].restart_count, now)
-            n += len(self._act_batch(items, lambda ids, c=count: self.backend.set_shards(ids, c), now,
-                                     idempotent=False))
+            done = self._act_batch(items, lambda ids, c=count: self.backend.set_shards(ids, c), now,
+                                   idempotent=False)
+            n += len(done)
+            if not self.dry_run:  # kept for refusals only: a change Slurm took may be wanted again later
+                for jid in done:
+                    self._shards_tried.pop(jid, None)
         for jid in [k for k in self._shards_tried if k not in seen or not seen[k].pending]:
             del self._shards_tried[jid]
         for jid, reason in plan.abandon:

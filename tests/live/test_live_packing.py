@@ -374,3 +374,21 @@ def test_lua_converts_only_a_plain_one_gpu_request_on_one_node(tmp_path, fields,
     rc, tpn, tpj = _lua_submit(tmp_path, **fields)
     assert rc == 0
     assert (tpn == "gres:shard:2" and tpj in ("", "nil")) == converted, (tpn, tpj)
+
+
+def test_a_job_lowered_raised_and_wanted_again_is_lowered_again_at_once(packing_cluster):
+    cfg, clock, slurm, store, rec = packing_cluster
+    slurm.jobs[99] = LiveJob(99, partition="main", gpus=8, reason="Resources", admin_comment="lucid:partition=main")
+    _profiled(slurm, store, clock, rec, 5)
+    _cycles(rec, clock, 80)
+    slurm.jobs[5].reason = "BeginTime"
+    _cycles(rec, clock, 20)
+    j5 = slurm.jobs[5]
+    assert j5.shards == 1
+    slurm.jobs[99].reason = "Dependency"  # nobody waits for GPUs any more
+    j5.reason = "None"
+    _cycles(rec, clock, 90)
+    assert j5.shards == 2
+    slurm.jobs[99].reason = "Resources"  # someone does again, minutes later
+    _cycles(rec, clock, 10)
+    assert j5.shards == 1
