@@ -133,18 +133,23 @@ def test_packing_needs_the_gpu_memory_and_a_model_that_loads(tmp_path):
 
 # ----- the daemon -------------------------------------------------------------------------------
 
-@pytest.fixture
-def packing_cluster(tmp_path):
+def _packing_cluster(tmp_path, packing=True, dry_run=False):
+    """(config, clock, in-memory Slurm, store, lucidd) with GPU packing on (Tprof 60 s, every cycle 10 s)."""
     cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
                             "models": {"dir": str(tmp_path / "models")},
                             "profiler": {"tprof_s": 60, "skip_when_free": False, "lend_idle_gpus": False,
                                          "long_tprof_s": 0},
-                            "packing": {"enabled": True, "gpu_memory_mib": 24576}})
+                            "packing": {"enabled": packing, "gpu_memory_mib": 24576}})
     clock = Clock()
     slurm = MemSlurm(clock)
     store = Store(cfg.database.url).create()
-    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=clock)
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=clock, dry_run=dry_run)
     return cfg, clock, slurm, store, rec
+
+
+@pytest.fixture
+def packing_cluster(tmp_path):
+    return _packing_cluster(tmp_path)
 
 
 def _cycles(rec, clock, seconds, step=10, check=True):
@@ -295,22 +300,9 @@ def test_lua_does_not_turn_a_per_job_gpu_into_per_node_shards_when_the_job_may_s
     assert tpj == "gres:gpu:1" and tpn in ("nil", ""), (tpn, tpj)
 
 
-def _review_cluster(tmp_path, packing=True, dry_run=False):
-    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
-                            "models": {"dir": str(tmp_path / "models")},
-                            "profiler": {"tprof_s": 60, "skip_when_free": False, "lend_idle_gpus": False,
-                                         "long_tprof_s": 0},
-                            "packing": {"enabled": packing, "gpu_memory_mib": 24576}})
-    clock = Clock()
-    slurm = MemSlurm(clock)
-    store = Store(cfg.database.url).create()
-    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=clock, dry_run=dry_run)
-    return cfg, clock, slurm, store, rec
-
-
 def _lowered_in_profiling(tmp_path, fail_move):
     """Job 5 profiled, requeued, lowered to 1 shard by _apply; its release (the move) fails."""
-    cfg, clock, slurm, store, rec = _review_cluster(tmp_path)
+    cfg, clock, slurm, store, rec = _packing_cluster(tmp_path)
     slurm.jobs[99] = LiveJob(99, partition="main", gpus=8, reason="Resources", admin_comment="lucid:partition=main")
     _profiled(slurm, store, clock, rec, 5)
     slurm.fail[("move", 5)] = fail_move  # the release after the requeue fails (or lucidd dies there)
@@ -349,7 +341,7 @@ def test_lucidd_with_packing_off_raises_jobs_it_lowered_earlier(tmp_path):
 
 # 7. dry-run: the would-be shard change is recorded again every cycle (key has `now`, never applied)
 def test_dry_run_records_a_shard_change_once_not_every_cycle(tmp_path):
-    cfg, clock, slurm, store, rec = _review_cluster(tmp_path, dry_run=True)
+    cfg, clock, slurm, store, rec = _packing_cluster(tmp_path, dry_run=True)
     slurm.jobs[99] = LiveJob(99, partition="main", gpus=8, reason="Resources", admin_comment="lucid:partition=main")
     j = LiveJob(5, partition="main", gpus=1, shards=2, admin_comment=ORIG, submit_time=int(clock.t), reason="Priority")
     slurm.jobs[5] = j
