@@ -109,6 +109,7 @@ def shard_decision(job, partition: str, profile, wanting: dict, cfg: LivePacking
     if waiter is None:
         return OWN, (f"a GPU of its own: {why}, but nobody waits for GPUs in {partition} (lazy packing: "
                      "sharing slows both jobs, so it waits until free GPUs are wanted)")
-    who = "it waits for GPUs itself" if waiter == job.job_id else f"job {waiter} waits for GPUs there"
+    who = ("it waits for GPUs itself" if waiter == job.job_id else
+           f"job {waiter} waits for GPUs there (or did within the last minute)")
     return SHARED, (f"may share a GPU (one shard): {why}; {who}; any job it meets on a GPU passed the same "
                     f"test (GSS {cfg.gss}, at most half a GPU's memory each)")

@@ -938,8 +938,13 @@ class Reconciler:
         for count, items in sorted(by_count.items()):
             for it in items:
                 self._shards_tried[it[1]] = (count, seen[it[1]].restart_count, now)
-            done = self._act_batch(items, lambda ids, c=count: self.backend.set_shards(ids, c), now,
-                                   idempotent=False)
+            try:
+                done = self._act_batch(items, lambda ids, c=count: self.backend.set_shards(ids, c), now,
+                                       idempotent=False)
+            except BackendError:  # Slurm did not answer (the cycle fails): asked again at the next one
+                for it in items:
+                    self._shards_tried.pop(it[1], None)
+                raise
             n += len(done)
             if not self.dry_run:  # kept for refusals only: a change Slurm took may be wanted again later
                 for jid in done:

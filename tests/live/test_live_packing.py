@@ -384,3 +384,19 @@ def test_a_job_lowered_raised_and_wanted_again_is_lowered_again_at_once(packing_
     slurm.jobs[99].reason = "Resources"  # someone does again, minutes later
     _cycles(rec, clock, 10)
     assert j5.shards == 1
+
+
+def test_a_shard_change_slurm_did_not_answer_is_asked_again_at_the_next_cycle(packing_cluster):
+    cfg, clock, slurm, store, rec = packing_cluster
+    slurm.jobs[99] = LiveJob(99, partition="main", gpus=8, reason="Resources", admin_comment="lucid:partition=main")
+    slurm.jobs[5] = LiveJob(5, partition="main", gpus=1, shards=2, admin_comment=ORIG, submit_time=int(clock.t),
+                            reason="Priority")
+    store.create_gpu_profiles()
+    store.save_gpu_profiles([SimpleNamespace(job_id=5, partition="profiling", node="gpu1", first_t=clock.t,
+                                             last_t=clock.t + 50, samples=10, util_samples=10, gpu_util=20.0,
+                                             gmem_util=5.0, gmem_max_mib=3000.0, gpus={0})])
+    slurm.fail[("shards", 5)] = ("Socket timed out on send/recv operation", True, False)
+    _cycles(rec, clock, 10, check=False)
+    assert slurm.jobs[5].shards == 2
+    _cycles(rec, clock, 10)
+    assert slurm.jobs[5].shards == 1  # not held back 10 minutes as a refusal would be
