@@ -52,7 +52,7 @@ def test_two_profiled_jobs_that_may_share_run_on_one_gpu(packing_lua, tmp_path, 
     script = tmp_path / "job.sh"
     script.write_text(SCRIPT)
     script.chmod(0o755)
-    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state", profiler={"tprof_s": 15, "lend_idle_gpus": False},
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state", profiler={"tprof_s": 25, "lend_idle_gpus": False},
                        packing={"enabled": True, "gpu_memory_mib": 24576})
     daemon = lucidd_factory(cfg).start()
     # gpu2-4 busy (not profiled, no GPU request changed: 8-GPU requests stay whole GPUs)
@@ -65,7 +65,8 @@ def test_two_profiled_jobs_that_may_share_run_on_one_gpu(packing_lua, tmp_path, 
         assert rec["tres_per_node"] == "gres:shard:2" and "lucid:orig=tres_per_node=gres:gpu:1" in rec["admin_comment"]
     wait_until(lambda: all((_job(j) or {}).get("job_state") == "RUNNING" and _job(j)["partition"] == "profiling"
                            for j in (a, b, c)), 60, "the three jobs to run in profiling (on gpu1)")
-    # what the NVML sampler on gpu1 would write for their profiling runs
+    # what the NVML sampler on gpu1 would write for their profiling runs (Tprof 25 s leaves time for
+    # these rows and the waiting job below to be in place before the first requeue)
     store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}").create_gpu_profiles()
     store.save_gpu_profiles([SimpleNamespace(job_id=jid, partition="profiling", node="gpu1", first_t=0, last_t=10,
                                              samples=5, util_samples=5, gpu_util=util, gmem_util=10.0,
