@@ -314,6 +314,7 @@ def explain_data(cfg, store, job_id) -> dict:
                     for a in actions],
         "story": story,
         "gpu_usage": gpu_runs,
+        "packing": _packing_explanation(cfg, store, r),
     }
 
 
@@ -328,6 +329,17 @@ def _estimate_explanation(cfg, store, r) -> dict | None:
         return load_decider(cfg.daemon.decider, cfg).explain_estimate(store, r)
     except Exception as exc:  # noqa: BLE001 - a model or library that cannot be read here
         return estimate_explanation("unavailable", f"the estimate cannot be explained here ({exc})")
+
+
+def _packing_explanation(cfg, store, r) -> dict | None:
+    """The decider's packing test of the job (binder/live.py), or None when the configured decider
+    does not pack. Never fails `explain`."""
+    from .live.reconcile import load_decider, packing_explanation
+
+    try:
+        return load_decider(cfg.daemon.decider, cfg).explain_packing(store, r)
+    except Exception as exc:  # noqa: BLE001 - a model file or library that cannot be read here
+        return packing_explanation(bool(cfg.packing.enabled), blocker=f"cannot be judged here ({exc})")
 
 
 def models_data(cfg, store) -> dict | None:
@@ -498,6 +510,10 @@ def cmd_live(args) -> int:
             print(f"    {e['reason']}")
             for line in contribution_lines(e.get("intercept"), e.get("terms") or [], indent="    "):
                 print(line)
+    k = d["packing"]
+    if k is not None and k["enabled"]:
+        print("  GPU packing: " + (f"may share a GPU while its partition waits for GPUs ({k['how']})" if k["may_share"]
+                                   else f"a GPU of its own: {k['blocker']}"))
     for g in d["gpu_usage"]:
         memory = "?" if g["gmem_mib"] is None else f"{g['gmem_mib']:,.0f} MiB"
         print(f"  GPUs ({'profiling run' if g['profiling_run'] else 'run'} in {g['partition'] or '?'} on {g['node']}, "

@@ -29,7 +29,8 @@ from datetime import datetime
 import pandas as pd
 
 from lucidd.jobs import Job, within_limit
-from lucidd.live.reconcile import NOT_ESTIMATED, Decider, DecisionInput, Plan, estimate_explanation
+from lucidd.live.reconcile import (NOT_ESTIMATED, Decider, DecisionInput, Plan, estimate_explanation,
+                                   packing_explanation)
 from profiler.lgf import LeastGPUFirst
 
 from .policy import LucidConfig, LucidPolicy, _size
@@ -791,6 +792,21 @@ class LucidDecider(Decider):
 
     def describe_models(self, store) -> dict:
         return models_summary(self.cfg, store)
+
+    def explain_packing(self, store, record) -> dict:
+        """The packing test of binder/live.py on the job's profiling-run figures: what lucidd weighs
+        at each cycle the job waits (whether its partition waits for GPUs is said by its actions)."""
+        from binder.live import SCORE_NAMES, sharing_blocker, share_score
+
+        if self.packing is None:
+            return packing_explanation(False, blocker="GPU packing is off ([packing] enabled = false)")
+        profile = store.profiling_gpu_profiles([record.job_id], self.cfg.slurm.profiling_partition).get(record.job_id)
+        score, how = share_score(profile, self.packing, self.packing_model)
+        blocker = sharing_blocker(profile, score, how, self.packing)
+        if blocker is None and record.gpus != 1:
+            blocker = f"asks for {record.gpus} GPUs: only 1-GPU jobs that job_submit.lua turned into shards share"
+        return packing_explanation(True, may_share=blocker is None, score=score,
+                                   **{"class": SCORE_NAMES.get(score)}, how=how, blocker=blocker or "")
 
     # -- background --------------------------------------------------------------------------------
     def background(self, store, now: int) -> str | None:

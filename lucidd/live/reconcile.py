@@ -116,6 +116,16 @@ class Decider:
         """The decider's models as data (`lucidctl models`), or None when it has none."""
         return None
 
+    def explain_packing(self, store: Store, record: JobRow) -> dict | None:
+        """Whether `record` may share a GPU, and why, as data (`lucidctl explain job ID`: a
+        packing_explanation), or None when the decider does not pack."""
+        return None
+
+
+def packing_explanation(enabled: bool = False, **fields) -> dict:
+    """Decider.explain_packing's answer, every field present (docs/cli.md, `packing`)."""
+    return {"enabled": enabled, "may_share": False, "score": None, "class": None, "how": "", "blocker": ""} | fields
+
 
 NOT_ESTIMATED = ("not estimated yet: a job is estimated when it first waits in its partition (jobs in the "
                  "inbox or in profiling have none)")

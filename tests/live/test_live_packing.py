@@ -400,3 +400,18 @@ def test_a_shard_change_slurm_did_not_answer_is_asked_again_at_the_next_cycle(pa
     assert slurm.jobs[5].shards == 2
     _cycles(rec, clock, 10)
     assert slurm.jobs[5].shards == 1  # not held back 10 minutes as a refusal would be
+
+
+def test_explain_gives_each_jobs_packing_test(packing_cluster, tmp_path):
+    from lucidd.admin_cli import explain_data
+
+    cfg, clock, slurm, store, rec = packing_cluster
+    _profiled(slurm, store, clock, rec, 5, util=20.0)
+    _profiled(slurm, store, clock, rec, 6, util=90.0)
+    k5, k6 = explain_data(cfg, store, 5)["packing"], explain_data(cfg, store, 6)["packing"]
+    assert k5["enabled"] and k5["may_share"] and k5["class"] == "Tiny" and k5["blocker"] == ""
+    assert "SM utilisation 20 %" in k5["how"]
+    assert not k6["may_share"] and k6["class"] == "Jumbo" and "GSS 2" in k6["blocker"]
+    off = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "models": {"dir": str(tmp_path / "models")}})
+    k = explain_data(off, store, 5)["packing"]
+    assert not k["enabled"] and "off" in k["blocker"]

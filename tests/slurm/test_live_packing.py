@@ -102,6 +102,10 @@ def test_two_profiled_jobs_that_may_share_run_on_one_gpu(packing_lua, tmp_path, 
     assert r.returncode == 0, r.stderr
     (act,) = [x for x in json.loads(r.stdout)["actions"] if x["kind"] == "shards"]
     assert act["status"] == "applied" and "may share a GPU" in act["reason"] and f"job {waiter}" in act["reason"]
+    assert json.loads(r.stdout)["packing"]["class"] == "Tiny"
+    text = subprocess.run([str(VENV_BIN / "lucidctl"), "explain", "job", str(c), "--config", str(cfg)],
+                          capture_output=True, text=True, timeout=60).stdout
+    assert "GPU packing: a GPU of its own" in text and "Jumbo" in text, text
     # lucidd gone: fail-open opens the inbox and gives a waiting 1-shard job a GPU of its own again
     daemon.stop()
     late = sbatch(script, 60, "--gres=gpu:1", name="late")
