@@ -32,6 +32,9 @@ SCORE_NAMES = {TINY: "Tiny", MEDIUM: "Medium", JUMBO: "Jumbo"}
 # Slurm's pending reasons that mean a job waits for GPUs (for a higher-priority job that does).
 WAITING_FOR_GPUS = ("Resources", "Priority")
 SHARED, OWN = 1, 2  # shard counts: may share a GPU, a GPU of its own
+# The slowest a job that may share is expected to run while it does: the Medium/Jumbo bound of the
+# packing labels (a workload keeping less than 0.85 of its speed beside others is Jumbo).
+SLOWEST_SHARED_SPEED = 0.85
 
 
 @dataclass(frozen=True)
@@ -96,12 +99,24 @@ def partitions_wanting_gpus(waiting) -> dict:
     return out
 
 
+def limit_blocker(estimate_s, time_limit_s) -> str | None:
+    """Why sharing could make the job run past its time limit (Slurm ends it there: TIMEOUT), or None.
+    A job with no limit, or no estimate yet, is not held back by this."""
+    if not time_limit_s or not estimate_s:
+        return None
+    slowed = estimate_s / SLOWEST_SHARED_SPEED
+    if slowed > time_limit_s:
+        return (f"its time limit, {time_limit_s:,.0f} s, is too close: its estimate, {estimate_s:,.0f} s, at "
+                f"{SLOWEST_SHARED_SPEED:g} of its speed while sharing would take {slowed:,.0f} s")
+    return None
+
+
 def shard_decision(job, partition: str, profile, wanting: dict, cfg: LivePackingConfig,
-                   model=None) -> tuple[int, str]:
+                   model=None, estimate_s=None) -> tuple[int, str]:
     """(shard count, why) for a waiting job of shards (`job.packable`) that waits in (or is
-    released to) `partition`."""
+    released to) `partition`; `estimate_s`: its duration estimate (its time limit is the job's)."""
     score, why = share_score(profile, cfg, model)
-    blocked = sharing_blocker(profile, score, why, cfg)
+    blocked = sharing_blocker(profile, score, why, cfg) or limit_blocker(estimate_s, getattr(job, "time_limit_s", None))
     if blocked is not None:
         return OWN, f"a GPU of its own: {blocked}"
     parts = [p for p in (partition or "").split(",") if p]

@@ -430,10 +430,12 @@ def _options_of_lucidd_config(path: str, exp, lucid_runs: bool = True) -> dict:
     opts = {opt: v for opt, v in options_from_config(cfg).items()
             if (opt in LIVE_OPTIONS and LIVE_OPTIONS[opt][:2] in given)
             or (opt == "profiling" and ("profiler", "enabled") in given)
-            or (opt == "interval_s" and ("daemon", "interval_s") in given)}
+            or (opt == "interval_s" and ("daemon", "interval_s") in given)
+            or (opt == "packing" and v is not None)}
     if lucid_runs and cfg.packing.enabled:
-        exp.notes.append(f"{path}: [packing] enabled is not replayed: `lucid` shares no GPU (lucid-standalone packs "
-                         "by its own rules); the figures are those of lucidd without GPU packing")
+        exp.notes.append(f"{path}: [packing] enabled: `lucid` lowers profiled 1-GPU jobs that pass lucidd's test "
+                         "(the trace's gpu_util and gmem as their profiling runs' figures) and pairs them as Slurm's "
+                         "first-fit would (docs/simulator.md); lucid-standalone packs by its own rules")
     interval = opts.get("interval_s")
     if interval is not None and (interval < 1 or interval != int(interval)):  # the replay's cycles: whole seconds
         opts["interval_s"] = float(max(1, round(interval)))

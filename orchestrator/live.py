@@ -699,8 +699,9 @@ class LucidDecider(Decider):
                 # a job requeued after profiling is judged for the partition it is released to
                 r = inp.records.get(j.job_id)
                 part = r.target_partition if r is not None and r.target_partition else j.partition
+                est = plan.estimates.get(j.job_id, (r.estimate_s if r is not None else None,))[0]
                 plan.shards[j.job_id] = shard_decision(j, part, inp.gpu_profiles.get(j.job_id), wanting,
-                                                       self.packing, self.packing_model)
+                                                       self.packing, self.packing_model, estimate_s=est)
 
     def _order(self, jobs, now, plan):
         need = [j for j in jobs if j.estimate is None]
@@ -802,6 +803,8 @@ class LucidDecider(Decider):
             return packing_explanation(False, blocker="GPU packing is off ([packing] enabled = false)")
         profile = store.profiling_gpu_profiles([record.job_id], self.cfg.slurm.profiling_partition).get(record.job_id)
         score, how = share_score(profile, self.packing, self.packing_model)
+        # the time-limit rule needs the limit, which lucidd reads from Slurm, not its database: said by
+        # the job's `shards` actions when it applied
         blocker = sharing_blocker(profile, score, how, self.packing)
         if blocker is None and record.gpus != 1:
             blocker = f"asks for {record.gpus} GPUs: only 1-GPU jobs that job_submit.lua turned into shards share"

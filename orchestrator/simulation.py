@@ -6,7 +6,7 @@ Lucid as lucidd runs it on Slurm (orchestrator/slurm_mode.py; what an admin gets
   lucid             lucidd's profiling partition and SiteFactor order, Slurm's backfill starts jobs
   lucid-noprofiler  the same with `[profiler] enabled = false`
   lucid-oracle      true durations instead of estimates
-  lucid-nopacking   the same as `lucid` (lucidd applies no packing live), kept so the name works
+  lucid-nopacking   `lucid` without GPU packing (the same run unless the replayed config turns packing on)
 Lucid's own engine, as the paper's artifact runs it (never backfills, places jobs itself, packs,
 dedicated Cprof profiling nodes):
   lucid-standalone             profiler, EBM duration estimates, packing
@@ -340,7 +340,12 @@ def run_lucid_on_slurm(exp: Experiment, jobs, on_progress, variant: str) -> Simu
         j.estimate = within_limit(max(1.0, float(est_by_id[j.job_id])), j.time_limit)
     opts = {k: exp.options.get(k) for k in (*LIVE_OPTIONS, "cprof", "interval_s")}
     opts["profiling"] = not variant.endswith("-noprofiler") and bool(_option(exp, "profiling", True))
+    # GPU packing as lucidd applies it, where the replayed config turns it on (not for -nopacking)
+    opts["packing"] = None if variant.endswith("-nopacking") else exp.options.get("packing")
     live = live_config(opts)
+    speeds = None
+    if live.packing.enabled:
+        speeds = PairSpeeds.from_csv(exp.options["colocation"]) if exp.options.get("colocation") else PairSpeeds()
     options = exp.slurm_options()
 
     def make_slurm(priority):
@@ -350,7 +355,8 @@ def run_lucid_on_slurm(exp: Experiment, jobs, on_progress, variant: str) -> Simu
 
     offset = int(pd.Timestamp(exp.origin).timestamp()) if exp.origin is not None else 0
     sim = LucidOnSlurm(jobs, exp.spec, live, make_slurm, restart_s=int(_option(exp, "restart_s", 1)),
-                       clock_offset=offset, prof_gate=None if exp.options.get("prof_gate") is None else int(exp.options["prof_gate"]))
+                       clock_offset=offset, prof_gate=None if exp.options.get("prof_gate") is None else int(exp.options["prof_gate"]),
+                       share_speeds=speeds)
     stats = sim.run(on_progress)
     frame = results_frame(jobs)
     extra = {"summary": {"profiler_finished": stats.finished_in_profiler}, "profiler": stats.as_dict()}

@@ -8,8 +8,9 @@ daemon runs:
 
 * Slurm: the `slurm` baseline's engine (lucidd/policies/slurm_backfill.py, same `--limit-rule`
   and backfill knobs) per partition (VC), its priority being lucidd's SiteFactor, higher first,
-  ties by submission order. No preemption; no packing (lucidd applies no packing on a live
-  cluster yet, so none here).
+  ties by submission order. No preemption. GPU packing only where the replayed config turns it
+  on, as lucidd applies it (`_lower`, `_join`; docs/simulator.md): lowered 1-GPU jobs pair on a
+  GPU by Slurm's first-fit and run at their co-located rates.
 * SiteFactor: `orchestrator.live.site_factor`, the function the daemon applies, computed when
   a job enters its partition's queue and again at the first cycle after it starts starving
   (the only time the value changes; estimates are fixed once made, as live).
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from dataclasses import dataclass
 
 import pandas as pd
@@ -139,6 +141,8 @@ def live_config(options: dict | None = None):
     if "interval_s" in o:
         daemon["interval_s"] = float(o["interval_s"])
         daemon["failopen_after_s"] = max(60.0, 2 * float(o["interval_s"]))
+    if o.get("packing"):  # a lucidd config's [packing] section (options_from_config)
+        sections["packing"] = dict(o["packing"])
     return config_from_dict({**sections, "daemon": daemon})
 
 
@@ -151,6 +155,7 @@ def options_from_config(cfg, scale: float = 1.0) -> dict:
         out[opt] = int(round(v * scale)) if duration else kind(v)
     out["profiling"] = bool(cfg.profiler.enabled)
     out["interval_s"] = float(cfg.daemon.interval_s * scale)
+    out["packing"] = cfg.packing.as_dict() if cfg.packing.enabled else None
     return out
 
 
@@ -167,6 +172,7 @@ class SlurmModeStats:
     withdrawn_from_profiling: int = 0  # admitted, no free GPUs there for 2 x Tprof: went unprofiled
     cycles: int = 0
     rekeys: int = 0
+    packed: int = 0  # jobs that started on a GPU another job ran on (GPU packing)
 
     def as_dict(self) -> dict:
         return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -181,7 +187,8 @@ class LucidOnSlurm:
     as live; any offset gives the same order)."""
 
     def __init__(self, jobs: list[Job], spec: ClusterSpec, live, make_slurm=None, restart_s: int = 1,
-                 clock_offset: int = 0, profiling_gpus: int | None = None, prof_gate: int | None = None):
+                 clock_offset: int = 0, profiling_gpus: int | None = None, prof_gate: int | None = None,
+                 share_speeds=None):
         self.jobs = sorted(jobs, key=lambda j: (j.submit_time, j.seq))
         self.spec = spec
         self.live = live
@@ -208,6 +215,8 @@ class LucidOnSlurm:
         self.parts = {}
         for i, (name, vs) in enumerate(spec.vcs.items()):
             self.parts[name] = _Partition(i, vs, make_slurm(_site_factor_key))
+            if getattr(live, "packing", None) is not None and live.packing.enabled:
+                self.parts[name].policy.overrun_ok = True  # a job slowed by sharing may pass its limit
         # the profiling partition spans every node
         self.prof_gpus = spec.total_gpus if profiling_gpus is None else int(profiling_gpus)
         self.stats = SlurmModeStats()
@@ -227,6 +236,17 @@ class LucidOnSlurm:
         self._skip_seen = {}
         self._lent_runs = set()  # seqs of lent profiling runs now running
         self.series = []
+        # GPU packing as lucidd applies it ([packing] enabled; docs/deploy.md "GPU packing"): a
+        # profiled 1-GPU job that passes binder/live.py's test is lowered to one shard once it waits
+        # in its partition; it then joins a GPU where another lowered job runs alone (Slurm's
+        # first-fit), or takes a whole GPU and waits for a partner there. `share_speeds(a, b)`: the
+        # pair's progress rates.
+        self.pack = None
+        if getattr(live, "packing", None) is not None and live.packing.enabled:
+            from orchestrator.live import live_packing
+
+            self.pack, self.pack_model = live_packing(live)
+        self.share_speeds = share_speeds
 
     # ----- time helpers ---------------------------------------------------------------------
     def _next_cycle(self, t: int) -> int:
@@ -293,7 +313,17 @@ class LucidOnSlurm:
 
     def _finish_main(self, job: Job, t: int):
         part = self.parts[job.vc]
-        self.busy -= job.gpu_num
+        partner = job.partner
+        if partner is not None:  # its partner goes on alone, at full speed, on the GPU both held
+            self._progress(job, t)  # its time shared, up to its end
+            self._progress(partner, t)
+            job.partner = partner.partner = None
+            partner.rate = 1.0
+            job.attrs.pop("_shadow", None)
+            partner.attrs.pop("_shadow", None)
+            self._schedule_end(partner)
+        else:
+            self.busy -= job.gpu_num
         part.vc.release(job)
         part.running.remove(job)
         part.dirty = True
@@ -311,14 +341,113 @@ class LucidOnSlurm:
         job.status = RUNNING
         job.attrs["_main_start"] = job.start_time = t
         part.running.append(job)
-        heapq.heappush(self._heap, (t + job.duration, job.seq, 0, job))
+        job.attrs["_work"], job.attrs["_at"], job.rate = float(job.duration), t, 1.0
+        self._schedule_end(job)
         how = ("started by Slurm's main scheduler in priority order" if d.reason == "priority order" else
                "backfilled by Slurm: ends by its time limit before every reservation")
         sf = job.attrs["site_factor"]
         head = f"{'starvation guard, ' if job.attrs.get('_starving') else ''}queue rank {rank}"
         job.attrs["decision"] = (
             f"{head} (SiteFactor {sf:,}: {self.lucid.priority_text(self._ordered(job), t + self.off)}), "
-            f"{how}; not packed: lucidd applies no packing on a live cluster")
+            f"{how}; not packed: " + ("lowered to one shard (GPU packing), it took a whole GPU, which a later "
+                                      "lowered job may share" if job.attrs.get("_lowered") else
+                                      "GPU packing is off ([packing] enabled = false)" if self.pack is None else
+                                      "it keeps a GPU of its own (GPU packing: not lowered)"))
+
+    # ----- GPU packing -----------------------------------------------------------------------
+    def _progress(self, job: Job, t: int):
+        """Bring a running main job's remaining work (seconds at full speed) up to t."""
+        a = job.attrs
+        a["_work"] = max(0.0, a["_work"] - (t - a["_at"]) * job.rate)
+        if job.partner is not None:
+            job.shared_s += t - a["_at"]
+        a["_at"] = t
+
+    def _schedule_end(self, job: Job):
+        a = job.attrs
+        # at full speed exactly as before packing existed (durations may be fractional); while shared,
+        # whole seconds, as the standalone engine's ticks
+        end = a["_at"] + (a["_work"] if job.rate == 1.0 else max(0, math.ceil(a["_work"] / job.rate - 1e-9)))
+        a["_end"] = end
+        heapq.heappush(self._heap, (end, job.seq, 0, job))
+
+    def _may_share(self, job: Job) -> bool:
+        """binder/live.py's test, on the job's workload figures as its profiling run would give them."""
+        a = job.attrs
+        if "_may_share" not in a:
+            from binder.live import share_score, sharing_blocker
+
+            ok = False
+            prof = job.profile or {}
+            if job.gpu_num == 1 and prof:
+                fig = _Figures(prof)
+                score, how = share_score(fig, self.pack, self.pack_model)
+                ok = sharing_blocker(fig, score, how, self.pack) is None
+            a["_may_share"] = ok
+        return a["_may_share"]
+
+    def _lower(self, part: _Partition):
+        """lucidd's cycle: each profiled job that may share and waits in its partition (so that
+        partition waits for GPUs) is lowered to one shard; it stays so (it waits for GPUs while it waits)."""
+        for job in part.pending:
+            if not job.attrs.get("_lowered") and job.attrs.get("profiled") and self._may_share(job) \
+                    and self.recs[job.seq].profile == "released" and self._limit_allows(part, job):
+                job.attrs["_lowered"] = True
+
+    def _limit_allows(self, part: _Partition, job: Job) -> bool:
+        """binder/live.py's time-limit rule: its estimate, slowed by sharing, ends within its limit."""
+        from binder.live import limit_blocker
+
+        return limit_blocker(job.estimate, part.policy.limit(job)) is None
+
+    def _join(self, part: _Partition, t: int):
+        """Slurm's side of packing: a lowered waiting job starts on a GPU where a lowered job runs alone,
+        when the main scheduler would reach it (first in the queue) or backfill would let it (it ends by
+        its limit before that job's limit: the GPU is held no longer)."""
+        alone = [r for r in part.running if r.attrs.get("_lowered") and r.partner is None]
+        if not alone:
+            return
+        policy = part.policy
+        first = True
+        for job in list(part.pending):
+            if not alone:
+                break
+            if job.attrs.get("_lowered"):
+                lim = policy.limit(job)
+                ok = [r for r in alone if first or t + lim <= r.start_time + policy.limit(r)]
+                if ok:
+                    owner = max(ok, key=lambda r: r.start_time + policy.limit(r))
+                    alone.remove(owner)
+                    self._start_joined(part, job, owner, t, first)
+            first = False
+
+    def _start_joined(self, part: _Partition, job: Job, owner: Job, t: int, first: bool):
+        part.pending.remove(job)
+        part.vc.allocate_shared(job, owner)
+        self.queued -= 1
+        job.status = RUNNING
+        job.attrs["_main_start"] = job.start_time = t
+        part.running.append(job)
+        part.dirty = True
+        self._progress(owner, t)
+        rj, ro = self.share_speeds(job, owner) if self.share_speeds else (1.0, 1.0)
+        job.partner, owner.partner = owner, job
+        job.was_shared = owner.was_shared = True
+        job.attrs["_work"], job.attrs["_at"], job.rate = float(job.duration), t, float(rj)
+        owner.rate = float(ro)
+        self._schedule_end(job)
+        self._schedule_end(owner)
+        # backfill plans the shared GPU free at the later of the two limits: the earlier one is left out
+        policy = part.policy
+        later = max((job, owner), key=lambda r: r.start_time + policy.limit(r))
+        (owner if later is job else job).attrs["_shadow"] = True
+        self.stats.packed += 1
+        sf = job.attrs["site_factor"]
+        job.attrs["packed_with"] = owner.job_id
+        job.attrs["decision"] = (
+            f"packed with job {owner.job_id}: lowered to one shard (GPU packing) and started by Slurm "
+            f"{'in priority order' if first else 'as backfill (it ends by its limit before its partner)'} on its "
+            f"GPU (SiteFactor {sf:,}; rates {rj:.2f} / {ro:.2f})")
 
     # ----- profiling partition --------------------------------------------------------------
     def _start_profiling(self, t: int):
@@ -447,6 +576,12 @@ class LucidOnSlurm:
         now = t + self.off
         self.stats.cycles += 1
         recs = self.recs
+        if self.pack is not None:
+            for part in self.parts.values():
+                n_lowered = sum(1 for j in part.pending if j.attrs.get("_lowered"))
+                self._lower(part)
+                if sum(1 for j in part.pending if j.attrs.get("_lowered")) != n_lowered:
+                    part.dirty = True  # Slurm looks at a changed request
         plan, releasing = self.decide(t)
         # apply, in the daemon's order: requeue, release requeued jobs, profile, release
         for seq, reason in plan.requeue:
@@ -555,6 +690,8 @@ class LucidOnSlurm:
                 end, seq, kind, job = heapq.heappop(heap)
                 if job.status != RUNNING:
                     continue  # a requeued profiling run
+                if kind == 0 and job.attrs.get("_end", end) != end:
+                    continue  # its end moved (it started or stopped sharing a GPU)
                 if kind == 0:
                     self._finish_main(job, end)
                     if self.lend and self.inbox and not self.parts[job.vc].pending:
@@ -583,6 +720,9 @@ class LucidOnSlurm:
                 _, seq = heapq.heappop(ready)
                 job = self.by_seq[seq]
                 job.attrs["_in_part"] = True
+                if self.pack is not None and len(self.parts[job.vc].pending) and self._may_share(job) \
+                        and self._limit_allows(self.parts[job.vc], job):
+                    job.attrs["_lowered"] = True  # lowered before its move: its partition waits for GPUs
                 self._enqueue(job, t)
             # 4. lucidd's cycle (a cycle that only re-keys starving jobs needs nothing else)
             if self._rekeys and self._rekeys[0][0] <= t:
@@ -599,10 +739,18 @@ class LucidOnSlurm:
                 part.dirty = False
                 if not len(part.pending):
                     continue
-                view = SchedulingView(now=t, pending=part.pending, running=part.running,
+                running = part.running
+                if self.pack is not None:
+                    self._join(part, t)
+                    if not len(part.pending):
+                        continue
+                    running = [r for r in part.running if not r.attrs.get("_shadow")]
+                view = SchedulingView(now=t, pending=part.pending, running=running,
                                       cluster=ClusterView(part.name, part.vc.gpus_per_node, part.vc.free))
                 for d in part.policy.schedule(view):
                     self._start_main(part, d, t)
+                if self.pack is not None and len(part.pending):
+                    self._join(part, t)  # Slurm's same pass: a job lowered to one shard joins one just started
                 if self.lend and self.inbox and not part.pending:
                     self._want_cycle(self._cycle_after(t))  # its last waiting job started: its free GPUs are lendable
             if self._lent_runs and self.p.reclaim_lent and any(self.parts[self.copies[s].vc].pending
@@ -653,6 +801,21 @@ class LucidOnSlurm:
             return pd.DataFrame(columns=["time", "busy_gpus", "queued_jobs"])
         df = pd.DataFrame(self.series, columns=["time", "busy_gpus", "queued_jobs"])
         return df.drop_duplicates("time", keep="last").reset_index(drop=True)
+
+
+class _Figures:
+    """A trace job's workload figures as the NVML sampler would give them for its profiling run."""
+
+    def __init__(self, prof: dict):
+        def num(k):
+            try:
+                v = float(prof.get(k))
+            except (TypeError, ValueError):
+                return None
+            return v if v == v else None
+
+        self.gpu_util, self.gmem_util, self.gmem_mib = num("gpu_util"), num("gmem_util"), num("gmem")
+        self.util_samples = 10 ** 6 if self.gpu_util is not None else 0
 
 
 def _site_factor_key(job):

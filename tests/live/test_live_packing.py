@@ -245,7 +245,7 @@ def test_failopen_gives_waiting_one_shard_jobs_a_gpu_of_their_own_before_releasi
     assert any("left to share GPUs: 5" in line for line in lines), lines
 
 
-def test_a_replay_with_packing_on_says_it_does_not_replay_it(tmp_path):
+def test_a_replay_with_packing_on_says_how_it_replays_it(tmp_path):
     from lucidd.cli import _options_of_lucidd_config
     from lucidd.experiment import make_experiment
     from lucidd.traces import load_trace, sample_trace_path, sample_vc_config_path
@@ -254,7 +254,7 @@ def test_a_replay_with_packing_on_says_it_does_not_replay_it(tmp_path):
     path.write_text("[packing]\nenabled = true\ngpu_memory_mib = 24576\n")
     exp = make_experiment(load_trace(sample_trace_path(), end=3600), vc_config=sample_vc_config_path())
     _options_of_lucidd_config(str(path), exp)
-    assert any("[packing] enabled is not replayed" in n for n in exp.notes), exp.notes
+    assert any("[packing] enabled: `lucid` lowers" in n for n in exp.notes), exp.notes
 
 
 # ----- from a review of the change (28 November 2026): each failed before its fix -----------------
@@ -415,3 +415,16 @@ def test_explain_gives_each_jobs_packing_test(packing_cluster, tmp_path):
     off = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "models": {"dir": str(tmp_path / "models")}})
     k = explain_data(off, store, 5)["packing"]
     assert not k["enabled"] and "off" in k["blocker"]
+
+
+def test_a_job_whose_limit_leaves_no_room_for_sharing_keeps_its_gpu():
+    """Sharing slows a job; one whose estimate, at 0.85 of its speed, would pass its time limit would be
+    ended by Slurm there (TIMEOUT): it keeps a GPU of its own. Found by replaying packing on Venus."""
+    from binder.live import limit_blocker
+
+    assert limit_blocker(3000, 3600) is None and limit_blocker(3000, None) is None and limit_blocker(None, 60) is None
+    assert "too close" in limit_blocker(3200, 3600)
+    job = SimpleNamespace(job_id=5, partition="main", time_limit_s=3600)
+    count, why = shard_decision(job, "main", prof(), {"main": 9}, CFG, estimate_s=3200)
+    assert count == OWN and "time limit" in why
+    assert shard_decision(job, "main", prof(), {"main": 9}, CFG, estimate_s=1000)[0] == SHARED

@@ -188,7 +188,7 @@ def test_explain_lucid_on_slurm(slurm_out, capsys):
     assert "requeued" in r["profiler"]["reason"]
     d = r["decision"]
     assert d["role"] == "exclusive" and d["packed"] is False and d["queue_rank"] >= 1
-    assert d["not_packed_because"] == "lucidd applies no packing on a live cluster"
+    assert d["not_packed_because"] == "GPU packing is off ([packing] enabled = false)"
     assert "SiteFactor" in d["reason"] and "by Slurm" in d["reason"]
     done = jobs[jobs["profiler_finished"]].iloc[0]
     r = _explain_json(capsys, slurm_out, done["job_id"])

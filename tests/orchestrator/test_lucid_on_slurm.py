@@ -4,6 +4,7 @@ in profiling, starvation re-key) and Slurm's side (SiteFactor order with backfil
 gives the same decisions in the simulator."""
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -449,3 +450,53 @@ def test_profiling_runs_count_as_busy_gpus_in_lucid_standalone():
     only = with_runs(pd.DataFrame(columns=["time", "busy_gpus", "queued_jobs"]), [(0, 100, 8)])
     assert busy_gpu_seconds(only, 100) == 800
     assert with_runs(main, []) is main
+
+
+# ----- GPU packing as lucidd applies it ([packing] enabled) -------------------------------------------
+
+def _packing_replay(packing: bool):
+    """One node of 2 GPUs; A, B, C take 1 GPU and are light (20 % SM, 2 GB), X takes 2 (Jumbo). A and B
+    are profiled from 10 to 210 and released; A starts at once, B waits (X is profiled on the other
+    GPU) and is lowered to one shard; it starts on that GPU at 420. C, profiled from 220 to 420 and
+    lowered too, then joins B's GPU (Slurm's first-fit) at 510 instead of waiting for A to end."""
+    from binder.speeds import PairSpeeds
+
+    rows = [("A", 1, 5, 3000, 3000), ("B", 1, 5, 3000, 3000), ("X", 2, 100, 1000, 10 ** 6), ("C", 1, 5, 3000, 3000)]
+    df = pd.DataFrame([r[:4] for r in rows], columns=["job_id", "gpu_num", "submit_time", "duration"])
+    df["vc"], df["seq"] = "a", range(len(df))
+    df["gpu_util"] = [20.0, 20.0, 90.0, 20.0]
+    df["gmem"] = [2000.0, 2000.0, 20000.0, 2000.0]
+    jobs = jobs_from_frame(df)
+    for j, r in zip(sorted(jobs, key=lambda j: j.seq), rows):
+        j.estimate = float(r[4])
+    opts = {"tprof": 200, "prof_lend": 0, "prof_long_tprof": 0, "nprof": 2}
+    if packing:
+        opts["packing"] = {"enabled": True, "gpu_memory_mib": 24576}
+    live = live_config(opts)
+    # limits of 1 h (the default rule): room for 3,000 s at 0.85 of the speed (binder/live.py's limit rule)
+    sim = LucidOnSlurm(jobs, ClusterSpec({"a": VCSpec("a", 1, 2)}), live,
+                       lambda p: SlurmBackfill(SlurmConfig(), priority=p),
+                       prof_gate=0, share_speeds=PairSpeeds())
+    stats = sim.run()
+    return {j.job_id: j for j in jobs}, stats
+
+
+def test_packing_lowers_waiting_profiled_jobs_and_pairs_them_on_one_gpu():
+    jobs, stats = _packing_replay(True)
+    a, b, c, x = jobs["A"], jobs["B"], jobs["C"], jobs["X"]
+    assert all(j.attrs.get("profiled") for j in (a, b, c))
+    assert b.attrs.get("_lowered") and c.attrs.get("_lowered") and not a.attrs.get("_lowered")
+    assert stats.packed == 1 and c.attrs["decision"].startswith("packed with job B:")
+    assert (a.start_time, b.start_time, c.start_time) == (221, 420, 510)
+    # 0.97 each while both run (binder.speeds' estimate for 20 % + 20 %): B does 90 s alone, then the
+    # rest shared; C goes on alone at full speed once B has ended
+    assert b.end_time == 510 + math.ceil(2910 / 0.97) == 3510
+    assert c.end_time == 3510 + 90 and c.shared_s == 3000 and not a.was_shared
+    assert x.attrs["_main_start"] == c.end_time  # X (2 GPUs) waited for both GPUs to be whole again
+
+
+def test_without_packing_the_third_job_waits_for_a_whole_gpu():
+    jobs, stats = _packing_replay(False)
+    a, c = jobs["A"], jobs["C"]
+    assert stats.packed == 0 and not c.was_shared and not c.attrs.get("_lowered")
+    assert c.start_time == a.end_time == 3221
