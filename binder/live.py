@@ -12,6 +12,8 @@ queue); the decider calls them and the daemon applies the result as a shard coun
   they allow passes: a sharing score of at most GSS / 2 (with GSS 2: Tiny or Medium, so a pair
   sums to at most 2) and at most half of a GPU's memory (less the headroom) each. The rule on
   relative lengths (a short job never stretches a long one) cannot be kept: Slurm picks the pair.
+  One rule the simulator's binder never needed: a job whose estimate, slowed to 0.85 of its speed,
+  would pass its time limit keeps its GPU (Slurm would end it there; `limit_blocker`).
 * Lazy, as in simulation (orchestrator/policy.py `free_gpus_wanted`): a job is lowered only
   while its partition has a job waiting for GPUs (Slurm's reason Resources or Priority); then
   free GPUs are wanted and sharing frees one. When nobody waits, it is raised back to a GPU of its
