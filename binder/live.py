@@ -29,8 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TINY, MEDIUM, JUMBO = 0, 1, 2
-SCORE_NAMES = {TINY: "Tiny", MEDIUM: "Medium", JUMBO: "Jumbo"}
+from .pairing import JUMBO, MEDIUM, SCORE_NAMES, TINY
 # Slurm's pending reasons that mean a job waits for GPUs (for a higher-priority job that does).
 WAITING_FOR_GPUS = ("Resources", "Priority")
 SHARED, OWN = 1, 2  # shard counts: may share a GPU, a GPU of its own
@@ -90,6 +89,13 @@ def sharing_blocker(profile, score: int | None, why_score: str, cfg: LivePacking
     return None
 
 
+def packing_test(profile, cfg: LivePackingConfig, model=None) -> tuple[int | None, str, str | None]:
+    """(score, how it was found, why the job may share with nobody or None): share_score and
+    sharing_blocker together, as every caller asks them."""
+    score, how = share_score(profile, cfg, model)
+    return score, how, sharing_blocker(profile, score, how, cfg)
+
+
 def partitions_wanting_gpus(waiting) -> dict:
     """partition -> a job there that waits for GPUs (reason Resources or Priority), from the
     pending jobs of the managed partitions (LiveJob-like: partition, reason, held, dependency)."""
@@ -117,8 +123,8 @@ def shard_decision(job, partition: str, profile, wanting: dict, cfg: LivePacking
                    model=None, estimate_s=None) -> tuple[int, str]:
     """(shard count, why) for a waiting job of shards (`job.packable`) that waits in (or is
     released to) `partition`; `estimate_s`: its duration estimate (its time limit is the job's)."""
-    score, why = share_score(profile, cfg, model)
-    blocked = sharing_blocker(profile, score, why, cfg) or limit_blocker(estimate_s, getattr(job, "time_limit_s", None))
+    _, why, blocked = packing_test(profile, cfg, model)
+    blocked = blocked or limit_blocker(estimate_s, getattr(job, "time_limit_s", None))
     if blocked is not None:
         return OWN, f"a GPU of its own: {blocked}"
     parts = [p for p in (partition or "").split(",") if p]

@@ -85,11 +85,12 @@ def status_data(cfg, store, now=None) -> dict:
     d_run = running.get("daemon") or {}
     interval = float(d_run.get("interval_s", cfg.daemon.interval_s))
     failopen_after = float(d_run.get("failopen_after_s", cfg.daemon.failopen_after_s))
-    p_run = {**{k: getattr(cfg.profiler, k) for k in ("tprof_s", "nprof_gpus", "enabled")},
-             **{k: v for k, v in (running.get("profiler") or {}).items() if k in ("tprof_s", "nprof_gpus", "enabled")}}
-    k_keys = ("enabled", "gss", "gpu_memory_mib", "model")
-    k_run = {**{k: getattr(cfg.packing, k) for k in k_keys},
-             **{k: v for k, v in (running.get("packing") or {}).items() if k in k_keys}}
+    def as_running(section, keys):  # the running daemon's values where it recorded them, else this file's
+        return {**{k: getattr(getattr(cfg, section), k) for k in keys},
+                **{k: v for k, v in (running.get(section) or {}).items() if k in keys}}
+
+    p_run = as_running("profiler", ("tprof_s", "nprof_gpus", "enabled"))
+    k_run = as_running("packing", ("enabled", "gss", "gpu_memory_mib", "model"))
     last_ok = store.get_meta("last_ok_cycle")
     dry = store.get_meta("dry_run") == "1"
     stopped_at = _float(store.get_meta("stopped_at"))

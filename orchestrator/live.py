@@ -797,15 +797,14 @@ class LucidDecider(Decider):
     def explain_packing(self, store, record) -> dict:
         """The packing test of binder/live.py on the job's profiling-run figures: what lucidd weighs
         at each cycle the job waits (whether its partition waits for GPUs is said by its actions)."""
-        from binder.live import SCORE_NAMES, sharing_blocker, share_score
+        from binder.live import SCORE_NAMES, packing_test
 
         if self.packing is None:
             return packing_explanation(False, blocker="GPU packing is off ([packing] enabled = false)")
         profile = store.profiling_gpu_profiles([record.job_id], self.cfg.slurm.profiling_partition).get(record.job_id)
-        score, how = share_score(profile, self.packing, self.packing_model)
         # the time-limit rule needs the limit, which lucidd reads from Slurm, not its database: said by
         # the job's `shards` actions when it applied
-        blocker = sharing_blocker(profile, score, how, self.packing)
+        score, how, blocker = packing_test(profile, self.packing, self.packing_model)
         if blocker is None and record.gpus != 1:
             blocker = f"asks for {record.gpus} GPUs: only 1-GPU jobs that job_submit.lua turned into shards share"
         return packing_explanation(True, may_share=blocker is None, score=score,

@@ -375,30 +375,27 @@ class LucidOnSlurm:
         """binder/live.py's test, on the job's workload figures as its profiling run would give them."""
         a = job.attrs
         if "_may_share" not in a:
-            from binder.live import share_score, sharing_blocker
+            from binder.live import packing_test
 
-            ok = False
             prof = job.profile or {}
-            if job.gpu_num == 1 and prof:
-                fig = _Figures(prof)
-                score, how = share_score(fig, self.pack, self.pack_model)
-                ok = sharing_blocker(fig, score, how, self.pack) is None
-            a["_may_share"] = ok
+            a["_may_share"] = bool(job.gpu_num == 1 and prof
+                                   and packing_test(_Figures(prof), self.pack, self.pack_model)[2] is None)
         return a["_may_share"]
 
-    def _lower(self, part: _Partition):
-        """lucidd's cycle: each profiled job that may share and waits in its partition (so that
-        partition waits for GPUs) is lowered to one shard; it stays so (it waits for GPUs while it waits)."""
-        for job in part.pending:
-            if not job.attrs.get("_lowered") and job.attrs.get("profiled") and self._may_share(job) \
-                    and self.recs[job.seq].profile == "released" and self._limit_allows(part, job):
-                job.attrs["_lowered"] = True
-
-    def _limit_allows(self, part: _Partition, job: Job) -> bool:
-        """binder/live.py's time-limit rule: its estimate, slowed by sharing, ends within its limit."""
+    def _lowerable(self, part: _Partition, job: Job) -> bool:
+        """What lucidd lowers to one shard once it waits in `part`: profiled and requeued, and it passes
+        binder/live.py's test and its time-limit rule (its estimate, slowed by sharing, ends within its limit)."""
         from binder.live import limit_blocker
 
-        return limit_blocker(job.estimate, part.policy.limit(job)) is None
+        return bool(job.attrs.get("profiled")) and self.recs[job.seq].profile == "released" \
+            and self._may_share(job) and limit_blocker(job.estimate, part.policy.limit(job)) is None
+
+    def _lower(self, part: _Partition):
+        """lucidd's cycle: each lowerable job that waits in its partition (so that partition waits for
+        GPUs) is lowered to one shard; it stays so (it waits for GPUs while it waits)."""
+        for job in part.pending:
+            if not job.attrs.get("_lowered") and self._lowerable(part, job):
+                job.attrs["_lowered"] = True
 
     def _join(self, part: _Partition, t: int):
         """Slurm's side of packing: a lowered waiting job starts on a GPU where a lowered job runs alone,
@@ -720,8 +717,7 @@ class LucidOnSlurm:
                 _, seq = heapq.heappop(ready)
                 job = self.by_seq[seq]
                 job.attrs["_in_part"] = True
-                if self.pack is not None and len(self.parts[job.vc].pending) and self._may_share(job) \
-                        and self._limit_allows(self.parts[job.vc], job):
+                if self.pack is not None and len(self.parts[job.vc].pending) and self._lowerable(self.parts[job.vc], job):
                     job.attrs["_lowered"] = True  # lowered before its move: its partition waits for GPUs
                 self._enqueue(job, t)
             # 4. lucidd's cycle (a cycle that only re-keys starving jobs needs nothing else)
@@ -807,14 +803,9 @@ class _Figures:
     """A trace job's workload figures as the NVML sampler would give them for its profiling run."""
 
     def __init__(self, prof: dict):
-        def num(k):
-            try:
-                v = float(prof.get(k))
-            except (TypeError, ValueError):
-                return None
-            return v if v == v else None
+        from binder.speeds import _num
 
-        self.gpu_util, self.gmem_util, self.gmem_mib = num("gpu_util"), num("gmem_util"), num("gmem")
+        self.gpu_util, self.gmem_util, self.gmem_mib = (_num(prof.get(k)) for k in ("gpu_util", "gmem_util", "gmem"))
         self.util_samples = 10 ** 6 if self.gpu_util is not None else 0
 
 

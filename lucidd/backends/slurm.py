@@ -164,42 +164,42 @@ def json_time(v):
     return t if t else None  # 0 = not set
 
 
+def _gres_items(spec: str):
+    """The items of a GRES/TRES spec, their (IDX:0-1,3) / (S:0-1) parts dropped (they hold commas),
+    newer Slurm's `gres/gpu:2` spelling written as `gres:gpu:2`."""
+    for item in re.sub(r"\([^)]*\)", "", spec or "").split(","):
+        item = item.strip()
+        if item.startswith("gres/") and "=" not in item:
+            item = "gres:" + item[len("gres/"):]
+        if item:
+            yield item
+
+
+def _gres_count(item: str, name: str) -> int:
+    """The count of one `[gres:]NAME[:TYPE][:N]` item when it names `name` (no N: 1), else 0."""
+    parts = item.split(":")
+    if parts[0] == "gres":
+        parts = parts[1:]
+    if not parts or parts[0] != name:
+        return 0
+    return int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 1
+
+
 def gres_gpu_count(spec: str) -> int:
     """GPUs in a GRES/TRES spec like 'gres:gpu:2', 'gpu:a100:4(S:0-1)', 'gpu:g0:1,gpu:g1:1'."""
-    if not spec:
-        return 0
-    spec = re.sub(r"\([^)]*\)", "", spec)  # drop (IDX:0-1,3) / (S:0-1) parts, which hold commas
     total = 0
-    for item in spec.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if item.startswith("gres/") and "=" not in item:  # newer Slurm's tres_per_node: gres/gpu:2
-            item = "gres:" + item[len("gres/"):]
+    for item in _gres_items(spec):
         if item.startswith("gres/gpu"):  # TRES form gres/gpu=N or gres/gpu:type=N
             m = re.match(r"gres/gpu(?::[^=]+)?=(\d+)", item)
             total += int(m.group(1)) if m and ":" not in item.split("=")[0] else 0
-            continue
-        parts = item.split(":")
-        if parts[0] == "gres":
-            parts = parts[1:]
-        if not parts or parts[0] != "gpu":
-            continue
-        # gpu | gpu:N | gpu:TYPE | gpu:TYPE:N
-        total += int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 1
+        else:
+            total += _gres_count(item, "gpu")
     return total
 
 
 def gres_shard_count(spec: str) -> int:
     """Shards in a job's GRES spec ('gres:shard:2', 'shard:g4:1'); 0 when it asks for none."""
-    total = 0
-    for item in re.sub(r"\([^)]*\)", "", spec or "").split(","):
-        parts = item.strip().replace("gres/", "gres:", 1).split(":")  # newer Slurm writes gres/shard:2
-        if parts and parts[0] == "gres":
-            parts = parts[1:]
-        if parts and parts[0] == "shard":
-            total += int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 1
-    return total
+    return sum(_gres_count(item, "shard") for item in _gres_items(spec))
 
 
 _GRES_USED_ITEM = re.compile(r"(gpu|shard)(?::[^,(]*)?\(IDX:([^)]*)\)")

@@ -946,19 +946,13 @@ class Reconciler:
             by_count.setdefault(count, []).append((f"shards:{jid}:{j.restart_count}:{count}:{now}", jid, "shards",
                                                    {"count": count, "restart": j.restart_count}, reason))
         for count, items in sorted(by_count.items()):
-            for it in items:
-                self._shards_tried[it[1]] = (count, seen[it[1]].restart_count, now)
-            try:
-                done = self._act_batch(items, lambda ids, c=count: self.backend.set_shards(ids, c), now,
-                                       idempotent=False)
-            except BackendError:  # Slurm did not answer (the cycle fails): asked again at the next one
-                for it in items:
-                    self._shards_tried.pop(it[1], None)
-                raise
+            # a BackendError here (Slurm did not answer) fails the cycle: the next one asks again
+            done = self._act_batch(items, lambda ids, c=count: self.backend.set_shards(ids, c), now,
+                                   idempotent=False)
             n += len(done)
-            if not self.dry_run:  # kept for refusals only: a change Slurm took may be wanted again later
-                for jid in done:
-                    self._shards_tried.pop(jid, None)
+            for it in items:  # remembered where refused (or a shadow's): a change Slurm took may be wanted again
+                if self.dry_run or it[1] not in done:
+                    self._shards_tried[it[1]] = (count, seen[it[1]].restart_count, now)
         for jid in [k for k in self._shards_tried if k not in seen or not seen[k].pending]:
             del self._shards_tried[jid]
         for jid, reason in plan.abandon:
