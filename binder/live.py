@@ -33,14 +33,24 @@ from .pairing import JUMBO, MEDIUM, SCORE_NAMES, TINY
 # Slurm's pending reasons that mean a job waits for GPUs (for a higher-priority job that does).
 WAITING_FOR_GPUS = ("Resources", "Priority")
 SHARED, OWN = 1, 2  # shard counts: may share a GPU, a GPU of its own
-# The slowest a job that may share is expected to run while it does: the Medium/Jumbo bound of the
-# packing labels (a workload keeping less than 0.85 of its speed beside others is Jumbo).
-SLOWEST_SHARED_SPEED = 0.85
+# The slowest a job that may share is expected to run beside a partner, by the highest class GSS lets
+# share (GSS // 2), from the slowest job of measured pairs of such classes. Tiny: pairs of jobs under
+# 30 % SM utilisation kept at least 0.865 on RTX 3090s (the Lucid artifact) and 0.91 on an H200;
+# 0.85 is the packing labels' Medium/Jumbo bound. Medium: two ResNet-18s at 53 % each kept 0.65 on an
+# H200 (no MPS: the GPU time-slices between them; the artifact's slowest such pair kept 0.77).
+# Jumbo: 0.44 (artifact), 0.46 (two 93 % jobs on the H200). bench/nvml_on_gpu.py measured the H200's.
+SLOWEST_SHARED_SPEED = {TINY: 0.85, MEDIUM: 0.65, JUMBO: 0.45}
+
+
+def slowest_shared_speed(gss: int) -> float:
+    return SLOWEST_SHARED_SPEED[min(max(gss, 0) // 2, JUMBO)]
 
 
 @dataclass(frozen=True)
 class LivePackingConfig:
-    gss: int = 2
+    # 1: Tiny jobs share, never Medium ones: two Medium jobs keep about 0.65-0.70 of their speed on
+    # a time-sliced H200 (bench/nvml_on_gpu.py), which the labels call Jumbo behaviour
+    gss: int = 1
     gpu_memory_mib: float = 0.0  # one GPU's memory; 0: unknown, nothing shares
     memory_headroom_mib: float = 1024.0  # kept free on a shared GPU (CUDA contexts, fragmentation)
     tiny_below_util: float = 30.0  # mean SM utilisation (%) below which a job is Tiny (rule)
@@ -107,15 +117,17 @@ def partitions_wanting_gpus(waiting) -> dict:
     return out
 
 
-def limit_blocker(estimate_s, time_limit_s) -> str | None:
-    """Why sharing could make the job run past its time limit (Slurm ends it there: TIMEOUT), or None.
-    A job with no limit, or no estimate yet, is not held back by this."""
+def limit_blocker(estimate_s, time_limit_s, gss: int = 1) -> str | None:
+    """Why sharing could make the job run past its time limit (Slurm ends it there: TIMEOUT), or None:
+    its estimate at the slowest speed a partner allowed by `gss` leaves it. A job with no limit, or no
+    estimate yet, is not held back by this."""
     if not time_limit_s or not estimate_s:
         return None
-    slowed = estimate_s / SLOWEST_SHARED_SPEED
+    speed = slowest_shared_speed(gss)
+    slowed = estimate_s / speed
     if slowed > time_limit_s:
         return (f"its time limit, {time_limit_s:,.0f} s, is too close: its estimate, {estimate_s:,.0f} s, at "
-                f"{SLOWEST_SHARED_SPEED:g} of its speed while sharing would take {slowed:,.0f} s")
+                f"{speed:g} of its speed while sharing (GSS {gss}) would take {slowed:,.0f} s")
     return None
 
 
@@ -124,7 +136,7 @@ def shard_decision(job, partition: str, profile, wanting: dict, cfg: LivePacking
     """(shard count, why) for a waiting job of shards (`job.packable`) that waits in (or is
     released to) `partition`; `estimate_s`: its duration estimate (its time limit is the job's)."""
     _, why, blocked = packing_test(profile, cfg, model)
-    blocked = blocked or limit_blocker(estimate_s, getattr(job, "time_limit_s", None))
+    blocked = blocked or limit_blocker(estimate_s, getattr(job, "time_limit_s", None), cfg.gss)
     if blocked is not None:
         return OWN, f"a GPU of its own: {blocked}"
     parts = [p for p in (partition or "").split(",") if p]

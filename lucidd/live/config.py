@@ -130,7 +130,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "gpu_memory_mib": Key(int, 0, "memory of one GPU, MiB (nvidia-smi --query-gpu=memory.total)",
                               min=0, max=10 ** 7),
         "memory_headroom_mib": Key(int, 1024, "GPU memory kept free on a shared GPU, MiB", min=0, max=10 ** 7),
-        "gss": Key(int, 2, "GPU sharing score budget: each job that may share scores at most GSS / 2",
+        "gss": Key(int, 1, "GPU sharing score budget: each job that may share scores at most GSS / 2 "
+                           "(1: Tiny jobs only)",
                    min=0, max=4),
         "model": Key(str, "", "packing model file (models/packing.py, e.g. a simulation's models/packing.joblib); "
                               "empty: the rule on SM utilisation"),

@@ -96,8 +96,8 @@ def test_lazy_packing_shares_only_while_someone_waits_for_gpus():
 
 
 @pytest.mark.parametrize("p,cfg,why", [
-    (prof(util=80), CFG, "could exceed GSS 2"),  # Jumbo
-    (prof(util=45), LivePackingConfig(gss=1, gpu_memory_mib=24576), "could exceed GSS 1"),  # Medium, GSS 1
+    (prof(util=80), LivePackingConfig(gss=2, gpu_memory_mib=24576), "could exceed GSS 2"),  # Jumbo, GSS 2
+    (prof(util=45), CFG, "could exceed GSS 1"),  # Medium, the default GSS 1 (Tiny jobs only)
     (prof(mem=12000), CFG, "more than half of a GPU"),  # (24,576 - 1,024) / 2 = 11,776 MiB
     (prof(), LivePackingConfig(), "gpu_memory_mib is not set"),
     (None, CFG, "no packing class"),
@@ -411,19 +411,23 @@ def test_explain_gives_each_jobs_packing_test(packing_cluster, tmp_path):
     k5, k6 = explain_data(cfg, store, 5)["packing"], explain_data(cfg, store, 6)["packing"]
     assert k5["enabled"] and k5["may_share"] and k5["class"] == "Tiny" and k5["blocker"] == ""
     assert "SM utilisation 20 %" in k5["how"]
-    assert not k6["may_share"] and k6["class"] == "Jumbo" and "GSS 2" in k6["blocker"]
+    assert not k6["may_share"] and k6["class"] == "Jumbo" and "GSS 1" in k6["blocker"]
     off = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "models": {"dir": str(tmp_path / "models")}})
     k = explain_data(off, store, 5)["packing"]
     assert not k["enabled"] and "off" in k["blocker"]
 
 
 def test_a_job_whose_limit_leaves_no_room_for_sharing_keeps_its_gpu():
-    """Sharing slows a job; one whose estimate, at 0.85 of its speed, would pass its time limit would be
-    ended by Slurm there (TIMEOUT): it keeps a GPU of its own. Found by replaying packing on Venus."""
+    """Sharing slows a job; one whose estimate, at the slowest speed a partner allowed by GSS leaves it
+    (0.85 with Tiny partners only), would pass its time limit would be ended by Slurm there (TIMEOUT):
+    it keeps a GPU of its own. Found by replaying packing on Venus."""
     from binder.live import limit_blocker
 
     assert limit_blocker(3000, 3600) is None and limit_blocker(3000, None) is None and limit_blocker(None, 60) is None
     assert "too close" in limit_blocker(3200, 3600)
+    # Medium partners (GSS 2, 3) can leave a job 0.65 of its speed (two ResNet-18s on an H200)
+    assert limit_blocker(2300, 3600, gss=2) is None and "0.65 of its speed" in limit_blocker(2400, 3600, gss=3)
+    assert "0.45 of its speed" in limit_blocker(1700, 3600, gss=4)
     job = SimpleNamespace(job_id=5, partition="main", time_limit_s=3600)
     count, why = shard_decision(job, "main", prof(), {"main": 9}, CFG, estimate_s=3200)
     assert count == OWN and "time limit" in why

@@ -59,7 +59,7 @@ def test_two_profiled_jobs_that_may_share_run_on_one_gpu(packing_lua, tmp_path, 
     blockers = [sbatch(script, 300, "-w", f"gpu{n}", "--exclusive", "--gres=gpu:8", "--comment", "lucid:noprofile",
                        name=f"block{n}") for n in (2, 3, 4)]
     wait_until(lambda: all((_job(b) or {}).get("job_state") == "RUNNING" for b in blockers), 60, "the blockers to run")
-    a, b, c = (sbatch(script, 240, "--gres=gpu:1", name=n) for n in ("tinyA", "tinyB", "jumboC"))
+    a, b, c = (sbatch(script, 240, "--gres=gpu:1", name=n) for n in ("tinyA", "tinyB", "mediumC"))
     for jid in (a, b, c):
         rec = _job(jid)
         assert rec["tres_per_node"] == "gres:shard:2" and "lucid:orig=tres_per_node=gres:gpu:1" in rec["admin_comment"]
@@ -71,12 +71,13 @@ def test_two_profiled_jobs_that_may_share_run_on_one_gpu(packing_lua, tmp_path, 
     store.save_gpu_profiles([SimpleNamespace(job_id=jid, partition="profiling", node="gpu1", first_t=0, last_t=10,
                                              samples=5, util_samples=5, gpu_util=util, gmem_util=10.0,
                                              gmem_max_mib=3000.0, gpus={k})
-                             for k, (jid, util) in enumerate(((a, 20.0), (b, 45.0), (c, 90.0)))])
+                             for k, (jid, util) in enumerate(((a, 20.0), (b, 25.0), (c, 45.0)))])
     # a 16-GPU job waits for two whole nodes: its partition waits for GPUs (reason Resources)
     waiter = sbatch(script, 5, "-N", "2", "--gres=gpu:8", "--comment", "lucid:noprofile", name="waiter")
     wait_until(lambda: (_job(waiter) or {}).get("state_reason") in ("Resources", "Priority")
                and _job(waiter)["partition"] == "main", 60, "the wide job to wait in main")
-    # Tprof: requeued, lowered (A, B) or not (C), released to main, started again
+    # Tprof: requeued, lowered (A, B: Tiny) or not (C: Medium, and the default GSS 1 lets only Tiny
+    # jobs share), released to main, started again
     wait_until(lambda: all((_job(j) or {}).get("job_state") == "RUNNING" and _job(j)["partition"] == "main"
                            for j in (a, b, c)), 120, "the three jobs to run in main")
     detail = {j: " ".join(_job(j).get("gres_detail") or []) for j in (a, b, c)}
@@ -105,7 +106,7 @@ def test_two_profiled_jobs_that_may_share_run_on_one_gpu(packing_lua, tmp_path, 
     assert json.loads(r.stdout)["packing"]["class"] == "Tiny"
     text = subprocess.run([str(VENV_BIN / "lucidctl"), "explain", "job", str(c), "--config", str(cfg)],
                           capture_output=True, text=True, timeout=60).stdout
-    assert "GPU packing: a GPU of its own" in text and "Jumbo" in text, text
+    assert "GPU packing: a GPU of its own" in text and "Medium" in text and "GSS 1" in text, text
     # lucidd gone: fail-open opens the inbox and gives a waiting 1-shard job a GPU of its own again
     daemon.stop()
     late = sbatch(script, 60, "--gres=gpu:1", name="late")
