@@ -300,6 +300,22 @@ def test_lua_does_not_turn_a_per_job_gpu_into_per_node_shards_when_the_job_may_s
     assert tpj == "gres:gpu:1" and tpn in ("nil", ""), (tpn, tpj)
 
 
+# --gpu-bind, --gpu-freq and --ntasks-per-gpu name gpu: tried on the test cluster (28 November 2026),
+# with shards the last two are refused at submission and --gpu-bind leaves srun steps of two tasks
+# with no GPU (empty CUDA_VISIBLE_DEVICES); such a job keeps its GPU request
+@pytest.mark.parametrize("fields", [{"tres_bind": "gpu:single:1"}, {"tres_bind": "gpu:closest"},
+                                    {"tres_freq": "gpu:high"}, {"ntasks_per_tres": 2, "num_tasks": 2}])
+def test_lua_leaves_a_job_with_gpu_only_options_on_its_gpu(tmp_path, fields):
+    rc, tpn, _ = _lua_submit(tmp_path, tres_per_node="gres:gpu:1", **fields)
+    assert rc == 0 and tpn == "gres:gpu:1", (rc, tpn)
+
+
+def test_lua_converts_a_plain_one_gpu_job_with_the_unset_counts_slurm_gives_it(tmp_path):
+    # what Slurm 22.05 hands the script for `sbatch --gres=gpu:1` (read off the test cluster)
+    rc, tpn, _ = _lua_submit(tmp_path, tres_per_node="gres:gpu:1", ntasks_per_tres=65534, num_tasks=4294967294)
+    assert rc == 0 and tpn == "gres:shard:2", (rc, tpn)
+
+
 def _lowered_in_profiling(tmp_path, fail_move):
     """Job 5 profiled, requeued, lowered to 1 shard by _apply; its release (the move) fails."""
     cfg, clock, slurm, store, rec = _packing_cluster(tmp_path)

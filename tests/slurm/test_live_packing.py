@@ -123,3 +123,22 @@ def test_two_profiled_jobs_that_may_share_run_on_one_gpu(packing_lua, tmp_path, 
     for jid in [*blockers, a, b, c, waiter, late]:
         sh("scancel", str(jid), check=False)
     wait_until(lambda: not active_jobs(), 60, "the jobs to end")
+
+
+def test_jobs_with_gpu_only_options_keep_their_gpu_request(packing_lua, tmp_path):
+    """--gpu-freq and --ntasks-per-gpu beside shards are refused by Slurm 22.05 at submission, and
+    --gpu-bind leaves the srun steps of a 2-task job with no GPU: job_submit.lua leaves those jobs'
+    GPU requests as they were (held here: only the submission matters)."""
+    script = tmp_path / "job.sh"
+    script.write_text(SCRIPT)
+    script.chmod(0o755)
+    kept = [sbatch(script, 5, "-H", "--gres=gpu:1", *opts, name="kept")
+            for opts in (["--gpu-freq=high"], ["--ntasks-per-gpu=2"], ["-n2", "--gpu-bind=closest"])]
+    plain = sbatch(script, 5, "-H", "--gres=gpu:1", "-n2", name="plain")
+    for jid in kept:
+        rec = _job(jid)
+        assert rec["tres_per_node"] == "gres:gpu:1" and "lucid:orig=" not in (rec["admin_comment"] or ""), rec
+    assert _job(plain)["tres_per_node"] == "gres:shard:2"
+    for jid in [*kept, plain]:
+        sh("scancel", str(jid), check=False)
+    wait_until(lambda: not active_jobs(), 60, "the jobs to end")

@@ -12,7 +12,7 @@
 -- one it ships (an upgrade must copy this file again: docs/deploy.md, Upgrading). 2: users may not
 -- move jobs into profiling; the users lucidd runs as (LUCIDD_USERS) may move jobs. 3: GPU packing
 -- (LUCIDD_PACKING).
-local LUCIDD_LUA_VERSION = 3
+local LUCIDD_LUA_VERSION = 4
 
 -- GPU packing (docs/deploy.md, "GPU packing"): true turns every plain 1-GPU request into 2 shards
 -- of one GPU (a GPU of its own, as before), which lucidd may lower to 1 shard (it may then share
@@ -61,6 +61,8 @@ local function note_admin(job_desc, note)
 end
 
 local function set(v) return v ~= nil and v ~= slurm.NO_VAL end
+local NO_VAL16 = 65534  -- an unset 16-bit count (slurm.h NO_VAL16), as ntasks_per_tres arrives
+local function has_gpu(v) return v ~= nil and string.find(v, "gpu", 1, true) ~= nil end
 
 -- A plain 1-GPU request (--gres=gpu:1, --gpus-per-node=1 or --gpus=1, one node, no per-GPU CPU or
 -- memory, no type) becomes 2 shards of one GPU; anything else is left as it was asked for.
@@ -80,6 +82,14 @@ local function to_shards(job_desc)
   if not (unset(job_desc.tres_per_task) and unset(job_desc.tres_per_socket)
           and unset(job_desc.cpus_per_tres) and unset(job_desc.mem_per_tres)) then
     return slurm.SUCCESS            -- their per-GPU figures name gpu: Slurm would reject shards
+  end
+  -- Options that only mean something for a gpu request (tried on Slurm 22.05): with shards,
+  -- --gpu-freq and --ntasks-per-gpu are refused at submission ("Invalid generic resource"), and
+  -- under --gpu-bind the job's srun steps of two or more tasks get no GPU (CUDA_VISIBLE_DEVICES
+  -- empty). Such a job keeps its GPU request.
+  if has_gpu(job_desc.tres_bind) or has_gpu(job_desc.tres_freq)
+     or (set(job_desc.ntasks_per_tres) and job_desc.ntasks_per_tres ~= NO_VAL16) then
+    return slurm.SUCCESS
   end
   local mn, xn = job_desc.min_nodes, job_desc.max_nodes
   if set(mn) and mn > 1 then return slurm.SUCCESS end
