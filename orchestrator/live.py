@@ -273,7 +273,8 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
             lent_pending += j.gpus if j.pending else 0
         else:
             used += j.gpus  # abandoned jobs still run in profiling and hold their GPUs
-        if r.profile == "abandoned" or j.state != "RUNNING" or not j.start_time:
+        # `is None`, not falsy: a replay's run can start at its trace's time 0 (live, unset is None)
+        if r.profile == "abandoned" or j.state != "RUNNING" or j.start_time is None:
             continue
         ran = now - j.start_time
         warning = getattr(j, "requeue_warning", None)

@@ -104,6 +104,15 @@ def test_requeue_restarts_from_zero_after_the_gap():
     assert stats.requeued == 1 and stats.lost_gpu_s == 200
 
 
+def test_a_run_that_starts_at_the_traces_time_zero_is_requeued_at_tprof_too():
+    # A trace with no wall-clock origin replays on clock 0: a job submitted at 0 starts profiling at
+    # the cycle at 0, and its start, 0, once read as "not started", kept it in profiling to its end.
+    r, stats = replay([("a", 1, 0, 5000, 5000)])
+    row = r.loc["a"]
+    assert (row["profiler_start"], row["profiler_end"]) == (0, 200) and not row["profiler_finished"]
+    assert row["main_start"] == 211 and stats.requeued == 1
+
+
 def test_short_jobs_finish_in_profiling():
     r, stats = replay([("s", 2, 3, 150, 900), ("edge", 1, 5, 200, 900)])
     assert r.loc["s", "profiler_finished"] and r.loc["s", "end"] == 160 and r.loc["s", "queue"] == 7
