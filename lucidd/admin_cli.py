@@ -48,15 +48,16 @@ def _open(args):
         raise LucidError(f"{path}: database has no lucidd state yet ({type(exc).__name__})") from None
     if not has_state:  # raised inside the try it was caught above and lost its URL
         raise LucidError(f"{path}: database {_redact(store.url)} has no lucidd state yet (has lucidd run with this config?)")
-    from .live.store import SCHEMA_VERSION
+    from .live.store import OLDEST_READABLE_SCHEMA, SCHEMA_VERSION
 
     found = store.schema_version()
-    if found is not None and found < 2:
-        # jobs.lent came with schema 2: every read of the jobs table fails on an older database, which
-        # read as "database unavailable" (an admin trial, between `pip install` and the restart)
+    if found is not None and found < OLDEST_READABLE_SCHEMA:
+        # a column of the jobs table came with it (jobs.lent with 2, jobs.time_limit_s with 5): every
+        # read of the table fails on an older database, which read as "database unavailable" (an admin
+        # trial, between `pip install` and the restart)
         raise LucidError(f"{path}: database {_redact(store.url)} has schema {found}, from an older lucidd; this "
-                         f"lucidctl reads schema 2 to {SCHEMA_VERSION}. The lucidd of this version upgrades it "
-                         "when it starts (docs/deploy.md, Upgrading); until then use the running lucidd's lucidctl")
+                         f"lucidctl reads schema {OLDEST_READABLE_SCHEMA} to {SCHEMA_VERSION}. The lucidd of this "
+                         "version upgrades it when it starts (docs/deploy.md, Upgrading); until then use the running lucidd's lucidctl")
     if found is not None and found > SCHEMA_VERSION:
         print(f"lucidctl: warning: database schema {found} was written by a newer lucidd than this lucidctl "
               f"(schema {SCHEMA_VERSION}): what it added is not shown", file=sys.stderr)

@@ -798,14 +798,14 @@ class LucidDecider(Decider):
     def explain_packing(self, store, record) -> dict:
         """The packing test of binder/live.py on the job's profiling-run figures: what lucidd weighs
         at each cycle the job waits (whether its partition waits for GPUs is said by its actions)."""
-        from binder.live import SCORE_NAMES, packing_test
+        from binder.live import SCORE_NAMES, limit_blocker, packing_test
 
         if self.packing is None:
             return packing_explanation(False, blocker="GPU packing is off ([packing] enabled = false)")
         profile = store.profiling_gpu_profiles([record.job_id], self.cfg.slurm.profiling_partition).get(record.job_id)
-        # the time-limit rule needs the limit, which lucidd reads from Slurm, not its database: said by
-        # the job's `shards` actions when it applied
         score, how, blocker = packing_test(profile, self.packing, self.packing_model)
+        if blocker is None:  # the time limit as Slurm last showed it, and the estimate the cycle made
+            blocker = limit_blocker(record.estimate_s, getattr(record, "time_limit_s", None), self.packing.gss)
         if blocker is None and record.gpus != 1:
             blocker = f"asks for {record.gpus} GPUs: only 1-GPU jobs that job_submit.lua turned into shards share"
         return packing_explanation(True, may_share=blocker is None, score=score,

@@ -359,6 +359,9 @@ class Reconciler:
             if r.phase == "released":
                 self._follow_owner_move(r, j, changed)
                 self._flag_cannot_run(r, j, changed)
+            if r.time_limit_s != j.time_limit_s:  # users and admins may change it while it waits
+                r.time_limit_s = j.time_limit_s
+                changed[jid] = r
             # not a COMPLETING (or signalled) job: a requeue that is still completing carries a start
             # time that is no new run's (an admin trial saw such a start in explain's story)
             ending = j.state in _ENDING_STATES and r.start_time is not None  # (first seen ending: its start)

@@ -23,8 +23,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 from ..errors import ConfigError, LucidError
 
 _INSTANCE_LOCK_KEY = 0x6C756364  # "lucd": pg_try_advisory_lock's first key for Store.hold_instance_lock
-SCHEMA_VERSION = 4  # 2: jobs.lent; 3: partition, user and account columns TEXT (were VARCHAR(200));
-# 4: gpu_profiles (a new table: create_all adds it to an older database)
+SCHEMA_VERSION = 5  # 2: jobs.lent; 3: partition, user and account columns TEXT (were VARCHAR(200));
+# 4: gpu_profiles (a new table: create_all adds it to an older database); 5: jobs.time_limit_s
+OLDEST_READABLE_SCHEMA = 5  # the jobs table's columns since: an older one fails every read of it
 
 # Columns that were VARCHAR(200) before schema 3: Slurm takes a `-p` list of up to 1,024 characters,
 # and on PostgreSQL one longer than 200 failed every cycle's write.
@@ -87,6 +88,9 @@ class JobRow(Base):
     # long_tprof_s, and lucidd set its ExcNodeList (cleared when it leaves profiling)
     # (a server default too: code that does not know the column can still add rows)
     lent: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # the job's time limit as Slurm last showed it (None: none, or not seen since schema 5): the packing
+    # test's time-limit rule, which `explain` repeats
+    time_limit_s: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
     def started_in_partition(self, profiling: str) -> bool:
         """Whether it has started outside the profiling partition (start_time is its latest start,
@@ -281,6 +285,8 @@ class Store:
         have = {c["name"] for c in insp.get_columns("jobs")}
         dialect = self.engine.dialect.name
         with self.engine.begin() as c:
+            if "time_limit_s" not in have:
+                c.exec_driver_sql("ALTER TABLE jobs ADD COLUMN time_limit_s BIGINT")
             if "lent" not in have:
                 c.exec_driver_sql("ALTER TABLE jobs ADD COLUMN lent BOOLEAN DEFAULT FALSE")
             elif dialect == "postgresql" and not next(col for col in insp.get_columns("jobs")

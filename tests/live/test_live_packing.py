@@ -433,6 +433,26 @@ def test_explain_gives_each_jobs_packing_test(packing_cluster, tmp_path):
     assert not k["enabled"] and "off" in k["blocker"]
 
 
+def test_explain_gives_the_time_limit_rule_from_the_limit_slurm_showed(packing_cluster):
+    from lucidd.admin_cli import explain_data
+
+    cfg, clock, slurm, store, rec = packing_cluster
+    _profiled(slurm, store, clock, rec, 5, util=20.0)
+    _cycles(rec, clock, 80)  # Tprof: requeued, pending again (BeginTime), then released
+    slurm.jobs[5].reason = "BeginTime"
+    _cycles(rec, clock, 20)
+    assert slurm.jobs[5].partition == "main" and slurm.jobs[5].pending  # waiting there: it has an estimate
+    assert explain_data(cfg, store, 5)["packing"]["may_share"]
+    slurm.jobs[5].time_limit_s = 60  # (scontrol update timelimit=1) any estimate, slowed by sharing, passes it
+    _cycles(rec, clock, 10)
+    assert store.job(5).time_limit_s == 60 and store.job(5).estimate_s
+    k = explain_data(cfg, store, 5)["packing"]
+    assert not k["may_share"] and k["class"] == "Tiny" and "its time limit, 60 s, is too close" in k["blocker"]
+    slurm.jobs[5].time_limit_s = None  # the limit taken away (scontrol update timelimit=UNLIMITED)
+    _cycles(rec, clock, 10)
+    assert store.job(5).time_limit_s is None and explain_data(cfg, store, 5)["packing"]["may_share"]
+
+
 def test_a_job_whose_limit_leaves_no_room_for_sharing_keeps_its_gpu():
     """Sharing slows a job; one whose estimate, at the slowest speed a partner allowed by GSS leaves it
     (0.85 with Tiny partners only), would pass its time limit would be ended by Slurm there (TIMEOUT):

@@ -99,6 +99,20 @@ def test_a_database_of_schema_1_gains_the_lent_column(store):
     assert store.job(2).lent is True
 
 
+def test_a_database_of_schema_4_gains_the_time_limit_column(store):
+    """Schema 5 keeps each job's time limit (the packing test's time-limit rule, repeated by explain):
+    added, empty, to an older database's rows."""
+    store.save_jobs([job(1, estimate_s=500.0)])
+    with store.engine.begin() as c:
+        c.exec_driver_sql("ALTER TABLE jobs DROP COLUMN time_limit_s")
+        c.exec_driver_sql("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    store.create()
+    assert store.get_meta("schema_version") == str(SCHEMA_VERSION)
+    assert store.job(1).time_limit_s is None and store.job(1).estimate_s == 500.0
+    store.save_jobs([job(2, time_limit_s=7200)])
+    assert store.job(2).time_limit_s == 7200
+
+
 def test_a_database_a_newer_lucidd_wrote_is_refused_and_its_mark_kept(store):
     """An admin trial (28 November 2026) rolled lucidd back: the older code lowered the schema mark
     and failed every cycle as a "database outage". A newer schema is now refused, unchanged."""

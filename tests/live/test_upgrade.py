@@ -39,7 +39,8 @@ def test_a_refused_start_changes_nothing_in_the_database(tmp_path):
     assert store.schema_version() == 3
 
 
-def test_lucidctl_says_a_schema_1_database_waits_for_the_new_lucidd(tmp_path):
+@pytest.mark.parametrize("schema,dropped", [(1, ("lent", "time_limit_s")), (4, ("time_limit_s",))])
+def test_lucidctl_says_an_older_database_waits_for_the_new_lucidd(tmp_path, schema, dropped):
     from types import SimpleNamespace
 
     from lucidd.admin_cli import _open
@@ -48,11 +49,12 @@ def test_lucidctl_says_a_schema_1_database_waits_for_the_new_lucidd(tmp_path):
     _daemon(tmp_path, MemSlurm(clock), clock).start()
     store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
     with store.engine.begin() as c:
-        c.exec_driver_sql("ALTER TABLE jobs DROP COLUMN lent")
-    store.set_meta("schema_version", "1")
+        for col in dropped:
+            c.exec_driver_sql(f"ALTER TABLE jobs DROP COLUMN {col}")
+    store.set_meta("schema_version", str(schema))
     cfg_path = tmp_path / "lucidd.toml"
     cfg_path.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
-    with pytest.raises(LucidError, match="has schema 1, from an older lucidd.*upgrades it when it starts"):
+    with pytest.raises(LucidError, match=f"has schema {schema}, from an older lucidd.*reads schema 5 to"):
         _open(SimpleNamespace(config=str(cfg_path)))
 
 
