@@ -9,11 +9,12 @@ queue); the decider calls them and the daemon applies the result as a shard coun
   node with a free shard, which is a GPU where another 1-shard job runs, if there is one.
 * So lucidd does not choose the partner: any two 1-shard jobs may meet. The binder's pair rules
   (binder/pairing.py) therefore become rules on each job alone, strict enough that every pair
-  they allow passes: a sharing score of at most GSS / 2 (with GSS 2: Tiny or Medium, so a pair
-  sums to at most 2) and at most half of a GPU's memory (less the headroom) each. The rule on
+  they allow passes: a sharing score of at most GSS / 2 (with the default GSS 1: Tiny; with 2,
+  Tiny or Medium, so a pair sums to at most 2) and at most half of a GPU's memory (less the headroom) each. The rule on
   relative lengths (a short job never stretches a long one) cannot be kept: Slurm picks the pair.
-  One rule the simulator's binder never needed: a job whose estimate, slowed to 0.85 of its speed,
-  would pass its time limit keeps its GPU (Slurm would end it there; `limit_blocker`).
+  One rule the simulator's binder never needed: a job whose estimate, slowed to the slowest speed a
+  partner may leave it (0.87 by default), would pass its time limit keeps its GPU (Slurm would end
+  it there; `limit_blocker`).
 * Lazy, as in simulation (orchestrator/policy.py `free_gpus_wanted`): a job is lowered only
   while its partition has a job waiting for GPUs (Slurm's reason Resources or Priority); then
   free GPUs are wanted and sharing frees one. When nobody waits, it is raised back to a GPU of its
@@ -33,17 +34,22 @@ from .pairing import JUMBO, MEDIUM, SCORE_NAMES, TINY
 # Slurm's pending reasons that mean a job waits for GPUs (for a higher-priority job that does).
 WAITING_FOR_GPUS = ("Resources", "Priority")
 SHARED, OWN = 1, 2  # shard counts: may share a GPU, a GPU of its own
-# The slowest a job that may share is expected to run beside a partner, by the highest class GSS lets
-# share (GSS // 2), from the slowest job of measured pairs of such classes. Tiny: pairs of jobs under
-# 30 % SM utilisation kept at least 0.865 on RTX 3090s (the Lucid artifact) and 0.91 on an H200;
-# 0.85 is the packing labels' Medium/Jumbo bound. Medium: two ResNet-18s at 53 % each kept 0.65 on an
-# H200 (no MPS: the GPU time-slices between them; the artifact's slowest such pair kept 0.77).
-# Jumbo: 0.44 (artifact), 0.46 (two 93 % jobs on the H200). bench/nvml_on_gpu.py measured the H200's.
-SLOWEST_SHARED_SPEED = {TINY: 0.85, MEDIUM: 0.65, JUMBO: 0.45}
+# Jumbo jobs sharing (GSS 4): the slowest measured pairs kept 0.44 (RTX 3090s, the Lucid artifact)
+# and 0.46 (two jobs at 93 % on an H200, bench/nvml_on_gpu.py).
+JUMBO_PAIR_SPEED = 0.45
 
 
-def slowest_shared_speed(gss: int) -> float:
-    return SLOWEST_SHARED_SPEED[min(max(gss, 0) // 2, JUMBO)]
+def slowest_shared_speed(cfg) -> float:
+    """The slowest a job that may share is expected to run beside any partner the rule admits (the
+    highest class GSS lets share, at the top of its utilisation band). Slurm's shards give no MPS:
+    the GPU time-slices, and a job keeps about 1 / (1 + its partner's SM utilisation). Measured on
+    an H200 (bench/nvml_on_gpu.py): two ResNet-18 trainings at 24.5 % kept 0.80 (estimate 0.80), at
+    53 % 0.65 (0.65); two at 14 % kept 0.91 (0.88). So with the default Tiny band (below 15 %) and
+    GSS 1, 1 / 1.15 = 0.87."""
+    top = min(max(cfg.gss, 0) // 2, JUMBO)
+    if top == JUMBO:
+        return JUMBO_PAIR_SPEED
+    return 1.0 / (1.0 + (cfg.tiny_below_util if top == TINY else cfg.jumbo_from_util) / 100.0)
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,9 @@ class LivePackingConfig:
     gss: int = 1
     gpu_memory_mib: float = 0.0  # one GPU's memory; 0: unknown, nothing shares
     memory_headroom_mib: float = 1024.0  # kept free on a shared GPU (CUDA contexts, fragmentation)
-    tiny_below_util: float = 30.0  # mean SM utilisation (%) below which a job is Tiny (rule)
+    # mean SM utilisation (%) below which a job is Tiny (rule): 15 keeps a pair of Tiny jobs at 0.87
+    # of their speed or more by time-slicing's estimate (two ResNet-18s at 24.5 % kept 0.80 on an H200)
+    tiny_below_util: float = 15.0
     jumbo_from_util: float = 60.0  # ... from which it is Jumbo (rule); Medium between
     min_util_samples: int = 3  # NVML readings of utilisation a class needs
 
@@ -117,17 +125,17 @@ def partitions_wanting_gpus(waiting) -> dict:
     return out
 
 
-def limit_blocker(estimate_s, time_limit_s, gss: int = 1) -> str | None:
+def limit_blocker(estimate_s, time_limit_s, cfg: LivePackingConfig) -> str | None:
     """Why sharing could make the job run past its time limit (Slurm ends it there: TIMEOUT), or None:
-    its estimate at the slowest speed a partner allowed by `gss` leaves it. A job with no limit, or no
-    estimate yet, is not held back by this."""
+    its estimate at the slowest speed a partner the rule admits may leave it (slowest_shared_speed).
+    A job with no limit, or no estimate yet, is not held back by this."""
     if not time_limit_s or not estimate_s:
         return None
-    speed = slowest_shared_speed(gss)
+    speed = slowest_shared_speed(cfg)
     slowed = estimate_s / speed
     if slowed > time_limit_s:
         return (f"its time limit, {time_limit_s:,.0f} s, is too close: its estimate, {estimate_s:,.0f} s, at "
-                f"{speed:g} of its speed while sharing (GSS {gss}) would take {slowed:,.0f} s")
+                f"{speed:.2f} of its speed beside a partner (GSS {cfg.gss}) would take {slowed:,.0f} s")
     return None
 
 
@@ -136,7 +144,7 @@ def shard_decision(job, partition: str, profile, wanting: dict, cfg: LivePacking
     """(shard count, why) for a waiting job of shards (`job.packable`) that waits in (or is
     released to) `partition`; `estimate_s`: its duration estimate (its time limit is the job's)."""
     _, why, blocked = packing_test(profile, cfg, model)
-    blocked = blocked or limit_blocker(estimate_s, getattr(job, "time_limit_s", None), cfg.gss)
+    blocked = blocked or limit_blocker(estimate_s, getattr(job, "time_limit_s", None), cfg)
     if blocked is not None:
         return OWN, f"a GPU of its own: {blocked}"
     parts = [p for p in (partition or "").split(",") if p]

@@ -388,7 +388,7 @@ class LucidOnSlurm:
         from binder.live import limit_blocker
 
         return bool(job.attrs.get("profiled")) and self.recs[job.seq].profile == "released" \
-            and self._may_share(job) and limit_blocker(job.estimate, part.policy.limit(job), self.pack.gss) is None
+            and self._may_share(job) and limit_blocker(job.estimate, part.policy.limit(job), self.pack) is None
 
     def _lower(self, part: _Partition):
         """lucidd's cycle: each lowerable job that waits in its partition (so that partition waits for

@@ -135,7 +135,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
                    min=0, max=4),
         "model": Key(str, "", "packing model file (models/packing.py, e.g. a simulation's models/packing.joblib); "
                               "empty: the rule on SM utilisation"),
-        "tiny_below_util": Key(float, 30.0, "rule: mean SM utilisation (%) below which a job is Tiny",
+        "tiny_below_util": Key(float, 15.0, "rule: mean SM utilisation (%) below which a job is Tiny",
                                min=0, max=100),
         "jumbo_from_util": Key(float, 60.0, "rule: mean SM utilisation (%) from which a job is Jumbo",
                                min=0, max=100),

@@ -27,7 +27,7 @@ ORIG = "lucid:orig=tres_per_node=gres:gpu:1 lucid:partition=main"
 CFG = LivePackingConfig(gpu_memory_mib=24576)
 
 
-def prof(util=20.0, mem=2000.0, samples=5, mem_util=10.0):
+def prof(util=10.0, mem=2000.0, samples=5, mem_util=10.0):
     return SimpleNamespace(gpu_util=util, gmem_util=mem_util, gmem_mib=mem, util_samples=samples)
 
 
@@ -159,7 +159,7 @@ def _cycles(rec, clock, seconds, step=10, check=True):
         assert ok or not check
 
 
-def _profiled(slurm, store, clock, rec, job_id, util=20.0):
+def _profiled(slurm, store, clock, rec, job_id, util=10.0):
     """A job of shards (as job_submit.lua makes a 1-GPU request) run in profiling with figures."""
     slurm.submit(job_id, gpus=1, shards=2)
     slurm.jobs[job_id].admin_comment = ORIG
@@ -363,7 +363,7 @@ def test_dry_run_records_a_shard_change_once_not_every_cycle(tmp_path):
     slurm.jobs[5] = j
     store.create_gpu_profiles()
     store.save_gpu_profiles([SimpleNamespace(job_id=5, partition="profiling", node="gpu1", first_t=clock.t,
-                                             last_t=clock.t + 50, samples=10, util_samples=10, gpu_util=20.0,
+                                             last_t=clock.t + 50, samples=10, util_samples=10, gpu_util=10.0,
                                              gmem_util=5.0, gmem_max_mib=3000.0, gpus={0})])
     _cycles(rec, clock, 600)
     rows = [a for a in store.actions_for(5) if a.kind == "shards"]
@@ -409,7 +409,7 @@ def test_a_shard_change_slurm_did_not_answer_is_asked_again_at_the_next_cycle(pa
                             reason="Priority")
     store.create_gpu_profiles()
     store.save_gpu_profiles([SimpleNamespace(job_id=5, partition="profiling", node="gpu1", first_t=clock.t,
-                                             last_t=clock.t + 50, samples=10, util_samples=10, gpu_util=20.0,
+                                             last_t=clock.t + 50, samples=10, util_samples=10, gpu_util=10.0,
                                              gmem_util=5.0, gmem_max_mib=3000.0, gpus={0})])
     slurm.fail[("shards", 5)] = ("Socket timed out on send/recv operation", True, False)
     _cycles(rec, clock, 10, check=False)
@@ -422,11 +422,11 @@ def test_explain_gives_each_jobs_packing_test(packing_cluster, tmp_path):
     from lucidd.admin_cli import explain_data
 
     cfg, clock, slurm, store, rec = packing_cluster
-    _profiled(slurm, store, clock, rec, 5, util=20.0)
+    _profiled(slurm, store, clock, rec, 5, util=10.0)
     _profiled(slurm, store, clock, rec, 6, util=90.0)
     k5, k6 = explain_data(cfg, store, 5)["packing"], explain_data(cfg, store, 6)["packing"]
     assert k5["enabled"] and k5["may_share"] and k5["class"] == "Tiny" and k5["blocker"] == ""
-    assert "SM utilisation 20 %" in k5["how"]
+    assert "SM utilisation 10 %" in k5["how"]
     assert not k6["may_share"] and k6["class"] == "Jumbo" and "GSS 1" in k6["blocker"]
     off = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "models": {"dir": str(tmp_path / "models")}})
     k = explain_data(off, store, 5)["packing"]
@@ -437,7 +437,7 @@ def test_explain_gives_the_time_limit_rule_from_the_limit_slurm_showed(packing_c
     from lucidd.admin_cli import explain_data
 
     cfg, clock, slurm, store, rec = packing_cluster
-    _profiled(slurm, store, clock, rec, 5, util=20.0)
+    _profiled(slurm, store, clock, rec, 5, util=10.0)
     _cycles(rec, clock, 80)  # Tprof: requeued, pending again (BeginTime), then released
     slurm.jobs[5].reason = "BeginTime"
     _cycles(rec, clock, 20)
@@ -459,11 +459,14 @@ def test_a_job_whose_limit_leaves_no_room_for_sharing_keeps_its_gpu():
     it keeps a GPU of its own. Found by replaying packing on Venus."""
     from binder.live import limit_blocker
 
-    assert limit_blocker(3000, 3600) is None and limit_blocker(3000, None) is None and limit_blocker(None, 60) is None
-    assert "too close" in limit_blocker(3200, 3600)
-    # Medium partners (GSS 2, 3) can leave a job 0.65 of its speed (two ResNet-18s on an H200)
-    assert limit_blocker(2300, 3600, gss=2) is None and "0.65 of its speed" in limit_blocker(2400, 3600, gss=3)
-    assert "0.45 of its speed" in limit_blocker(1700, 3600, gss=4)
+    # the default rule: Tiny below 15 %, GSS 1: a partner leaves a job 1 / 1.15 = 0.87 of its speed
+    assert limit_blocker(3000, 3600, CFG) is None and limit_blocker(3000, None, CFG) is None
+    assert limit_blocker(None, 60, CFG) is None
+    assert "too close" in limit_blocker(3200, 3600, CFG) and "0.87 of its speed" in limit_blocker(3200, 3600, CFG)
+    # Medium partners (GSS 2, 3): up to 60 %, 1 / 1.6 = 0.625 (two ResNet-18s at 53 % kept 0.65 on an H200)
+    medium = LivePackingConfig(gss=3, gpu_memory_mib=24576)
+    assert limit_blocker(2200, 3600, medium) is None and "0.62 of its speed" in limit_blocker(2300, 3600, medium)
+    assert "0.45 of its speed" in limit_blocker(1700, 3600, LivePackingConfig(gss=4, gpu_memory_mib=24576))
     job = SimpleNamespace(job_id=5, partition="main", time_limit_s=3600)
     count, why = shard_decision(job, "main", prof(), {"main": 9}, CFG, estimate_s=3200)
     assert count == OWN and "time limit" in why

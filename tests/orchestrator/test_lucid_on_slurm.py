@@ -464,7 +464,7 @@ def test_profiling_runs_count_as_busy_gpus_in_lucid_standalone():
 # ----- GPU packing as lucidd applies it ([packing] enabled) -------------------------------------------
 
 def _packing_replay(packing: bool):
-    """One node of 2 GPUs; A, B, C take 1 GPU and are light (20 % SM, 2 GB), X takes 2 (Jumbo). A and B
+    """One node of 2 GPUs; A, B, C take 1 GPU and are light (10 % SM, 2 GB), X takes 2 (Jumbo). A and B
     are profiled from 10 to 210 and released; A starts at once, B waits (X is profiled on the other
     GPU) and is lowered to one shard; it starts on that GPU at 420. C, profiled from 220 to 420 and
     lowered too, then joins B's GPU (Slurm's first-fit) at 510 instead of waiting for A to end."""
@@ -473,7 +473,7 @@ def _packing_replay(packing: bool):
     rows = [("A", 1, 5, 3000, 3000), ("B", 1, 5, 3000, 3000), ("X", 2, 100, 1000, 10 ** 6), ("C", 1, 5, 3000, 3000)]
     df = pd.DataFrame([r[:4] for r in rows], columns=["job_id", "gpu_num", "submit_time", "duration"])
     df["vc"], df["seq"] = "a", range(len(df))
-    df["gpu_util"] = [20.0, 20.0, 90.0, 20.0]
+    df["gpu_util"] = [10.0, 10.0, 90.0, 10.0]
     df["gmem"] = [2000.0, 2000.0, 20000.0, 2000.0]
     jobs = jobs_from_frame(df)
     for j, r in zip(sorted(jobs, key=lambda j: j.seq), rows):
@@ -482,7 +482,7 @@ def _packing_replay(packing: bool):
     if packing:
         opts["packing"] = {"enabled": True, "gpu_memory_mib": 24576}
     live = live_config(opts)
-    # limits of 1 h (the default rule): room for 3,000 s at 0.85 of the speed (binder/live.py's limit rule)
+    # limits of 1 h (the default rule): room for 3,000 s at 0.87 of the speed (binder/live.py's limit rule)
     sim = LucidOnSlurm(jobs, ClusterSpec({"a": VCSpec("a", 1, 2)}), live,
                        lambda p: SlurmBackfill(SlurmConfig(), priority=p),
                        prof_gate=0, share_speeds=PairSpeeds())
@@ -497,7 +497,7 @@ def test_packing_lowers_waiting_profiled_jobs_and_pairs_them_on_one_gpu():
     assert b.attrs.get("_lowered") and c.attrs.get("_lowered") and not a.attrs.get("_lowered")
     assert stats.packed == 1 and c.attrs["decision"].startswith("packed with job B:")
     assert (a.start_time, b.start_time, c.start_time) == (221, 420, 510)
-    # 0.97 each while both run (binder.speeds' estimate for 20 % + 20 %): B does 90 s alone, then the
+    # 0.97 each while both run (binder.speeds' estimate for 10 % + 10 %): B does 90 s alone, then the
     # rest shared; C goes on alone at full speed once B has ended
     assert b.end_time == 510 + math.ceil(2910 / 0.97) == 3510
     assert c.end_time == 3510 + 90 and c.shared_s == 3000 and not a.was_shared

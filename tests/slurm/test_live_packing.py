@@ -71,7 +71,7 @@ def test_two_profiled_jobs_that_may_share_run_on_one_gpu(packing_lua, tmp_path, 
     store.save_gpu_profiles([SimpleNamespace(job_id=jid, partition="profiling", node="gpu1", first_t=0, last_t=10,
                                              samples=5, util_samples=5, gpu_util=util, gmem_util=10.0,
                                              gmem_max_mib=3000.0, gpus={k})
-                             for k, (jid, util) in enumerate(((a, 20.0), (b, 25.0), (c, 45.0)))])
+                             for k, (jid, util) in enumerate(((a, 10.0), (b, 12.0), (c, 45.0)))])
     # a 16-GPU job waits for two whole nodes: its partition waits for GPUs (reason Resources)
     waiter = sbatch(script, 5, "-N", "2", "--gres=gpu:8", "--comment", "lucid:noprofile", name="waiter")
     wait_until(lambda: (_job(waiter) or {}).get("state_reason") in ("Resources", "Priority")
