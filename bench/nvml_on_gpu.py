@@ -256,15 +256,17 @@ def main(argv=None) -> int:
         print("  |", line)
 
     store = Store(f"sqlite:///{db}")
-    print("\nWhat lucidd reads (profiling runs) and binder/live.py's packing test "
-          f"(gpu_memory_mib {total_mib:.0f}, headroom 1024, GSS {LivePackingConfig().gss}, rule: Tiny < 30 %, Jumbo >= 60 %):")
+    pcfg = LivePackingConfig(gpu_memory_mib=total_mib)  # the shipped defaults, the GPU's memory
+    print("\nWhat lucidd reads (profiling runs) and binder/live.py's packing test (gpu_memory_mib "
+          f"{total_mib:.0f}, headroom {pcfg.memory_headroom_mib:.0f}, GSS {pcfg.gss}, rule: Tiny < "
+          f"{pcfg.tiny_below_util:g} %, Jumbo >= {pcfg.jumbo_from_util:g} %):")
     rows = store.profiling_gpu_profiles(list(alone_ids.values()), "profiling")
-    pcfg = LivePackingConfig(gpu_memory_mib=total_mib)
     util = {}
     for kind, job_id in alone_ids.items():
         row = rows.get(job_id)
         if row is None or row.gpu_util is None:
-            print(f"  job {job_id} ({kind}): no utilisation figures" + ("" if row is None else f" ({row.samples} samples)"))
+            seen = "" if row is None else f" ({row.samples} samples)"
+            print(f"  job {job_id} ({kind}): no utilisation figures{seen}")
             continue
         util[kind] = row.gpu_util
         score, how, blocker = packing_test(row, pcfg)

@@ -10,8 +10,9 @@ queue); the decider calls them and the daemon applies the result as a shard coun
 * So lucidd does not choose the partner: any two 1-shard jobs may meet. The binder's pair rules
   (binder/pairing.py) therefore become rules on each job alone, strict enough that every pair
   they allow passes: a sharing score of at most GSS / 2 (with the default GSS 1: Tiny; with 2,
-  Tiny or Medium, so a pair sums to at most 2) and at most half of a GPU's memory (less the headroom) each. The rule on
-  relative lengths (a short job never stretches a long one) cannot be kept: Slurm picks the pair.
+  Tiny or Medium, so a pair sums to at most 2) and at most half of a GPU's memory (less the
+  headroom) each. The rule on relative lengths (a short job never stretches a long one) cannot be
+  kept: Slurm picks the pair.
   One rule the simulator's binder never needed: a job whose estimate, slowed to the slowest speed a
   partner may leave it (0.87 by default), would pass its time limit keeps its GPU (Slurm would end
   it there; `limit_blocker`).

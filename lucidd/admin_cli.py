@@ -57,7 +57,8 @@ def _open(args):
         # trial, between `pip install` and the restart)
         raise LucidError(f"{path}: database {_redact(store.url)} has schema {found}, from an older lucidd; this "
                          f"lucidctl reads schema {OLDEST_READABLE_SCHEMA} to {SCHEMA_VERSION}. The lucidd of this "
-                         "version upgrades it when it starts (docs/deploy.md, Upgrading); until then use the running lucidd's lucidctl")
+                         "version upgrades it when it starts (docs/deploy.md, Upgrading); until then use the "
+                         "running lucidd's lucidctl")
     if found is not None and found > SCHEMA_VERSION:
         print(f"lucidctl: warning: database schema {found} was written by a newer lucidd than this lucidctl "
               f"(schema {SCHEMA_VERSION}): what it added is not shown", file=sys.stderr)
