@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from binder.pairing import BinderConfig
-from binder.speeds import PairSpeeds, estimated_pair_speed
+from binder.speeds import PairSpeeds, estimated_pair_speed, time_sliced_pair_speed
 from lucidd.experiment import POLICY_BUILDERS, Experiment
 from lucidd.jobs import within_limit
 from lucidd.simulator import SimHooks, SimulationResult, results_frame, simulate
@@ -345,7 +345,10 @@ def run_lucid_on_slurm(exp: Experiment, jobs, on_progress, variant: str) -> Simu
     live = live_config(opts)
     speeds = None
     if live.packing.enabled:
-        speeds = PairSpeeds.from_csv(exp.options["colocation"]) if exp.options.get("colocation") else PairSpeeds()
+        # shards give no MPS: unmeasured pairs are time-sliced (binder/speeds.py)
+        kw = {"estimate": time_sliced_pair_speed}
+        speeds = (PairSpeeds.from_csv(exp.options["colocation"], **kw) if exp.options.get("colocation")
+                  else PairSpeeds(**kw))
     options = exp.slurm_options()
 
     def make_slurm(priority):

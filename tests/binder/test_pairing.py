@@ -63,3 +63,14 @@ def test_speeds_measured_or_estimated():
     sa, sc = speeds(a, c)
     assert 0.3 <= sa < 1 and 0.3 <= sc < 1 and speeds.used_estimate == 1
     assert estimated_pair_speed(20, 30) == (0.97, 0.97)
+
+
+def test_time_slicings_estimate_is_what_two_trainings_kept_on_an_h200():
+    from binder.speeds import time_sliced_pair_speed
+
+    # ResNet-18 pairs at 24.5 % and 53 % kept 0.80 and 0.65 (bench/nvml_on_gpu.py, docs/deploy.md)
+    assert [round(x, 2) for x in time_sliced_pair_speed(24.5, 24.5)] == [0.80, 0.80]
+    assert [round(x, 2) for x in time_sliced_pair_speed(53, 53)] == [0.65, 0.65]
+    a, b = time_sliced_pair_speed(5, 90)  # the light job loses most: its partner holds the GPU
+    assert a < b
+    assert time_sliced_pair_speed(None, 20) == (0.75, 0.75)

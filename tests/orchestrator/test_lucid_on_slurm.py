@@ -468,7 +468,7 @@ def _packing_replay(packing: bool):
     are profiled from 10 to 210 and released; A starts at once, B waits (X is profiled on the other
     GPU) and is lowered to one shard; it starts on that GPU at 420. C, profiled from 220 to 420 and
     lowered too, then joins B's GPU (Slurm's first-fit) at 510 instead of waiting for A to end."""
-    from binder.speeds import PairSpeeds
+    from binder.speeds import PairSpeeds, time_sliced_pair_speed
 
     rows = [("A", 1, 5, 3000, 3000), ("B", 1, 5, 3000, 3000), ("X", 2, 100, 1000, 10 ** 6), ("C", 1, 5, 3000, 3000)]
     df = pd.DataFrame([r[:4] for r in rows], columns=["job_id", "gpu_num", "submit_time", "duration"])
@@ -485,7 +485,7 @@ def _packing_replay(packing: bool):
     # limits of 1 h (the default rule): room for 3,000 s at 0.87 of the speed (binder/live.py's limit rule)
     sim = LucidOnSlurm(jobs, ClusterSpec({"a": VCSpec("a", 1, 2)}), live,
                        lambda p: SlurmBackfill(SlurmConfig(), priority=p),
-                       prof_gate=0, share_speeds=PairSpeeds())
+                       prof_gate=0, share_speeds=PairSpeeds(estimate=time_sliced_pair_speed))
     stats = sim.run()
     return {j.job_id: j for j in jobs}, stats
 
@@ -497,10 +497,10 @@ def test_packing_lowers_waiting_profiled_jobs_and_pairs_them_on_one_gpu():
     assert b.attrs.get("_lowered") and c.attrs.get("_lowered") and not a.attrs.get("_lowered")
     assert stats.packed == 1 and c.attrs["decision"].startswith("packed with job B:")
     assert (a.start_time, b.start_time, c.start_time) == (221, 420, 510)
-    # 0.97 each while both run (binder.speeds' estimate for 10 % + 10 %): B does 90 s alone, then the
-    # rest shared; C goes on alone at full speed once B has ended
-    assert b.end_time == 510 + math.ceil(2910 / 0.97) == 3510
-    assert c.end_time == 3510 + 90 and c.shared_s == 3000 and not a.was_shared
+    # 1 / 1.1 each while both run (time-slicing's estimate for 10 % + 10 %, as the replay of lucidd
+    # uses it): B does 90 s alone, then the rest shared; C goes on alone at full speed once B has ended
+    assert b.end_time == 510 + math.ceil(2910 * 1.1 - 1e-9) == 3711
+    assert c.end_time == 3711 + 90 and c.shared_s == 3711 - 510 and not a.was_shared
     assert x.attrs["_main_start"] == c.end_time  # X (2 GPUs) waited for both GPUs to be whole again
 
 
