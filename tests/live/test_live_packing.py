@@ -70,6 +70,23 @@ def test_accounting_counts_a_job_of_shards_as_one_gpu():
 
 # ----- the pure decision --------------------------------------------------------------------------
 
+def test_a_model_may_hold_a_job_back_but_never_admit_one_above_the_rules_band():
+    class Lenient:
+        def predict_one(self, util, mem_util, gmem, amp):
+            return 0  # Tiny whatever the figures
+
+    score, why = share_score(prof(util=45), CFG, Lenient())
+    assert score == 1 and "packing model: Tiny" in why and "the higher class counts" in why
+    assert shard_decision(SimpleNamespace(job_id=5, partition="main"), "main", prof(util=45), {"main": 9}, CFG,
+                          Lenient())[0] == OWN
+
+    class Strict:
+        def predict_one(self, util, mem_util, gmem, amp):
+            return 2
+
+    assert share_score(prof(util=5), CFG, Strict())[0] == 2
+
+
 def test_the_rule_scores_by_sm_utilisation_and_a_model_takes_the_worse_amp():
     assert share_score(prof(util=10), CFG)[0] == 0
     assert share_score(prof(util=45), CFG)[0] == 1
