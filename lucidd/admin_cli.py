@@ -92,7 +92,8 @@ def status_data(cfg, store, now=None) -> dict:
                 **{k: v for k, v in (running.get(section) or {}).items() if k in keys}}
 
     p_run = as_running("profiler", ("tprof_s", "nprof_gpus", "enabled"))
-    k_run = as_running("packing", ("enabled", "gss", "gpu_memory_mib", "model"))
+    k_run = as_running("packing", ("enabled", "gss", "gpu_memory_mib", "model", "tiny_below_util",
+                                   "jumbo_from_util"))
     last_ok = store.get_meta("last_ok_cycle")
     dry = store.get_meta("dry_run") == "1"
     stopped_at = _float(store.get_meta("stopped_at"))
@@ -462,8 +463,10 @@ def cmd_live(args) -> int:
                   f"; fail-open after {d['failopen_after_s']:g} s)")
         print(f"  jobs by phase: {d['jobs_by_phase'] or 'none'}")
         k = d["packing"]
+        rule = (f"the rule on SM utilisation: Tiny below {k['tiny_below_util']:g} %, Jumbo from "
+                f"{k['jumbo_from_util']:g} %")
         print("  GPU packing: " + (f"on (GSS {k['gss']}, GPUs of {k['gpu_memory_mib']:,} MiB, "
-                                     f"{'model ' + k['model'] if k['model'] else 'the rule on SM utilisation'}; "
+                                     f"{'model ' + k['model'] + ', at least ' + rule if k['model'] else rule}; "
                                      "`explain` shows each job's shard changes)" if k["enabled"] else "off"))
         oa = d["order_agreement"]
         if oa["started"]:

@@ -488,3 +488,16 @@ def test_a_job_whose_limit_leaves_no_room_for_sharing_keeps_its_gpu():
     count, why = shard_decision(job, "main", prof(), {"main": 9}, CFG, estimate_s=3200)
     assert count == OWN and "time limit" in why
     assert shard_decision(job, "main", prof(), {"main": 9}, CFG, estimate_s=1000)[0] == SHARED
+
+
+def test_status_says_the_packing_rule_it_applies(tmp_path, capsys):
+    from lucidd.admin_cli import cmd_live
+
+    cfg, clock, slurm, store, rec = _packing_cluster(tmp_path)
+    _cycles(rec, clock, 10)
+    path = tmp_path / "lucidd.toml"
+    path.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n[packing]\nenabled = true\ngpu_memory_mib = 24576\n')
+    assert cmd_live(SimpleNamespace(config=str(path), json=False, command="status")) == 0
+    out = capsys.readouterr().out
+    assert "GPU packing: on (GSS 1, GPUs of 24,576 MiB, the rule on SM utilisation: Tiny below 15 %, Jumbo from 60 %" \
+        in out, out
