@@ -212,11 +212,11 @@ class LucidOnSlurm:
             own = [j.time_limit for j in jobs if j.time_limit]
             cfg = SlurmConfig(min_time_limit_s=min(own) if own else None)
             make_slurm = lambda priority: SlurmBackfill(cfg, priority=priority)  # noqa: E731
+        packing_on = getattr(live, "packing", None) is not None and live.packing.enabled
         self.parts = {}
         for i, (name, vs) in enumerate(spec.vcs.items()):
             self.parts[name] = _Partition(i, vs, make_slurm(_site_factor_key))
-            if getattr(live, "packing", None) is not None and live.packing.enabled:
-                self.parts[name].policy.overrun_ok = True  # a job slowed by sharing may pass its limit
+            self.parts[name].policy.overrun_ok = packing_on  # a job slowed by sharing may pass its limit
         # the profiling partition spans every node
         self.prof_gpus = spec.total_gpus if profiling_gpus is None else int(profiling_gpus)
         self.stats = SlurmModeStats()
@@ -242,7 +242,7 @@ class LucidOnSlurm:
         # first-fit), or takes a whole GPU and waits for a partner there. `share_speeds(a, b)`: the
         # pair's progress rates.
         self.pack = None
-        if getattr(live, "packing", None) is not None and live.packing.enabled:
+        if packing_on:
             from orchestrator.live import live_packing
 
             self.pack, self.pack_model = live_packing(live)
@@ -334,15 +334,9 @@ class LucidOnSlurm:
     def _start_main(self, part: _Partition, d, t: int):
         job = d.job
         rank = bisect.bisect_left(part.pending.keys, job.attrs["_qkey"]) + 1  # among the jobs still pending
-        part.pending.remove(job)
         part.vc.allocate(job, d.layout)
         self.busy += job.gpu_num
-        self.queued -= 1
-        job.status = RUNNING
-        job.attrs["_main_start"] = job.start_time = t
-        part.running.append(job)
-        job.attrs["_work"], job.attrs["_at"], job.rate = float(job.duration), t, 1.0
-        self._schedule_end(job)
+        self._run(part, job, t)
         how = ("started by Slurm's main scheduler in priority order" if d.reason == "priority order" else
                "backfilled by Slurm: ends by its time limit before every reservation")
         sf = job.attrs["site_factor"]
@@ -353,6 +347,16 @@ class LucidOnSlurm:
                                       "lowered job may share" if job.attrs.get("_lowered") else
                                       "GPU packing is off ([packing] enabled = false)" if self.pack is None else
                                       "it keeps a GPU of its own (GPU packing: not lowered)"))
+
+    def _run(self, part: _Partition, job: Job, t: int, rate: float = 1.0):
+        """Slurm starts `job` in its partition at t, on GPUs already given to it, at `rate` of its speed."""
+        part.pending.remove(job)
+        self.queued -= 1
+        job.status = RUNNING
+        job.attrs["_main_start"] = job.start_time = t
+        part.running.append(job)
+        job.attrs["_work"], job.attrs["_at"], job.rate = float(job.duration), t, float(rate)
+        self._schedule_end(job)
 
     # ----- GPU packing -----------------------------------------------------------------------
     def _progress(self, job: Job, t: int):
@@ -390,12 +394,14 @@ class LucidOnSlurm:
         return bool(job.attrs.get("profiled")) and self.recs[job.seq].profile == "released" \
             and self._may_share(job) and limit_blocker(job.estimate, part.policy.limit(job), self.pack) is None
 
-    def _lower(self, part: _Partition):
+    def _lower(self, part: _Partition) -> bool:
         """lucidd's cycle: each lowerable job that waits in its partition (so that partition waits for
-        GPUs) is lowered to one shard; it stays so (it waits for GPUs while it waits)."""
+        GPUs) is lowered to one shard; it stays so (it waits for GPUs while it waits). True when any was."""
+        lowered = False
         for job in part.pending:
             if not job.attrs.get("_lowered") and self._lowerable(part, job):
-                job.attrs["_lowered"] = True
+                job.attrs["_lowered"] = lowered = True
+        return lowered
 
     def _join(self, part: _Partition, t: int):
         """Slurm's side of packing: a lowered waiting job starts on a GPU where a lowered job runs alone,
@@ -419,20 +425,14 @@ class LucidOnSlurm:
             first = False
 
     def _start_joined(self, part: _Partition, job: Job, owner: Job, t: int, first: bool):
-        part.pending.remove(job)
         part.vc.allocate_shared(job, owner)
-        self.queued -= 1
-        job.status = RUNNING
-        job.attrs["_main_start"] = job.start_time = t
-        part.running.append(job)
         part.dirty = True
         self._progress(owner, t)
         rj, ro = self.share_speeds(job, owner) if self.share_speeds else (1.0, 1.0)
         job.partner, owner.partner = owner, job
         job.was_shared = owner.was_shared = True
-        job.attrs["_work"], job.attrs["_at"], job.rate = float(job.duration), t, float(rj)
+        self._run(part, job, t, rj)
         owner.rate = float(ro)
-        self._schedule_end(job)
         self._schedule_end(owner)
         # backfill plans the shared GPU free at the later of the two limits: the earlier one is left out
         policy = part.policy
@@ -575,9 +575,7 @@ class LucidOnSlurm:
         recs = self.recs
         if self.pack is not None:
             for part in self.parts.values():
-                n_lowered = sum(1 for j in part.pending if j.attrs.get("_lowered"))
-                self._lower(part)
-                if sum(1 for j in part.pending if j.attrs.get("_lowered")) != n_lowered:
+                if self._lower(part):
                     part.dirty = True  # Slurm looks at a changed request
         plan, releasing = self.decide(t)
         # apply, in the daemon's order: requeue, release requeued jobs, profile, release
