@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .pairing import JUMBO, MEDIUM, SCORE_NAMES, TINY
+from .speeds import time_sliced_pair_speed
 # Slurm's pending reasons that mean a job waits for GPUs (for a higher-priority job that does).
 WAITING_FOR_GPUS = ("Resources", "Priority")
 SHARED, OWN = 1, 2  # shard counts: may share a GPU, a GPU of its own
@@ -43,14 +44,15 @@ JUMBO_PAIR_SPEED = 0.45
 def slowest_shared_speed(cfg) -> float:
     """The slowest a job that may share is expected to run beside any partner the rule admits (the
     highest class GSS lets share, at the top of its utilisation band). Slurm's shards give no MPS:
-    the GPU time-slices, and a job keeps about 1 / (1 + its partner's SM utilisation). Measured on
+    the GPU time-slices, and a job keeps about 1 / (1 + its partner's SM utilisation) (the estimate
+    the replay gives pairs too, binder.speeds.time_sliced_pair_speed). Measured on
     an H200 (bench/nvml_on_gpu.py): two ResNet-18 trainings at 24.5 % kept 0.80 (estimate 0.80), at
     53 % 0.65 (0.65); two at 14 % kept 0.91 (0.88). So with the default Tiny band (below 15 %) and
     GSS 1, 1 / 1.15 = 0.87."""
     top = min(max(cfg.gss, 0) // 2, JUMBO)
     if top == JUMBO:
         return JUMBO_PAIR_SPEED
-    return 1.0 / (1.0 + (cfg.tiny_below_util if top == TINY else cfg.jumbo_from_util) / 100.0)
+    return time_sliced_pair_speed(0.0, cfg.tiny_below_util if top == TINY else cfg.jumbo_from_util)[0]
 
 
 @dataclass(frozen=True)
@@ -76,13 +78,13 @@ def share_score(profile, cfg: LivePackingConfig, model=None) -> tuple[int | None
     if util is None or samples < cfg.min_util_samples:
         return None, (f"{samples} utilisation reading(s) from its profiling run, fewer than {cfg.min_util_samples} "
                       "(a MIG GPU has none)")
-    gmem = profile.gmem_mib if profile.gmem_mib is not None else 0.0
     rule = TINY if util < cfg.tiny_below_util else MEDIUM if util < cfg.jumbo_from_util else JUMBO
     rule_how = (f"SM utilisation {util:.0f} % over {samples} readings: {SCORE_NAMES[rule]} (Tiny below "
                 f"{cfg.tiny_below_util:g} %, Jumbo from {cfg.jumbo_from_util:g} %)")
     if model is None:
         return rule, rule_how
     mem_util = profile.gmem_util if profile.gmem_util is not None else 0.0
+    gmem = profile.gmem_mib if profile.gmem_mib is not None else 0.0
     scores = [int(model.predict_one(util, mem_util, gmem, amp)) for amp in (0, 1)]
     score = max(scores)
     how = (f"packing model: {SCORE_NAMES[score]} from SM {util:.0f} %, memory read/write {mem_util:.0f} %, "

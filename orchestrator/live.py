@@ -805,7 +805,7 @@ class LucidDecider(Decider):
         profile = store.profiling_gpu_profiles([record.job_id], self.cfg.slurm.profiling_partition).get(record.job_id)
         score, how, blocker = packing_test(profile, self.packing, self.packing_model)
         if blocker is None:  # the time limit as Slurm last showed it, and the estimate the cycle made
-            blocker = limit_blocker(record.estimate_s, getattr(record, "time_limit_s", None), self.packing)
+            blocker = limit_blocker(record.estimate_s, record.time_limit_s, self.packing)
         if blocker is None and record.gpus != 1:
             blocker = f"asks for {record.gpus} GPUs: only 1-GPU jobs that job_submit.lua turned into shards share"
         return packing_explanation(True, may_share=blocker is None, score=score,
