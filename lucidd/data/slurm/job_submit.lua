@@ -51,7 +51,8 @@ local function load_lucidd_uids()
 end
 load_lucidd_uids()
 
-local function has_shard(v) return v ~= nil and string.find(v, "shard", 1, true) ~= nil end
+-- whether a GRES/TRES field names `what` ("shard", "gpu") anywhere
+local function mentions(v, what) return v ~= nil and string.find(v, what, 1, true) ~= nil end
 
 local function note_admin(job_desc, note)
   if not unset(job_desc.admin_comment) then
@@ -62,13 +63,12 @@ end
 
 local function set(v) return v ~= nil and v ~= slurm.NO_VAL end
 local NO_VAL16 = 65534  -- an unset 16-bit count (slurm.h NO_VAL16), as ntasks_per_tres arrives
-local function has_gpu(v) return v ~= nil and string.find(v, "gpu", 1, true) ~= nil end
 
 -- A plain 1-GPU request (--gres=gpu:1, --gpus-per-node=1 or --gpus=1, one node, no per-GPU CPU or
 -- memory, no type) becomes 2 shards of one GPU; anything else is left as it was asked for.
 local function to_shards(job_desc)
-  if has_shard(job_desc.tres_per_node) or has_shard(job_desc.tres_per_job)
-     or has_shard(job_desc.tres_per_task) or has_shard(job_desc.tres_per_socket) then
+  if mentions(job_desc.tres_per_node, "shard") or mentions(job_desc.tres_per_job, "shard")
+     or mentions(job_desc.tres_per_task, "shard") or mentions(job_desc.tres_per_socket, "shard") then
     -- Every 1-shard job must be one lucidd judged: a user's own could share a GPU with anyone.
     -- (Shards given per job or per task, or a zero count, also crash slurmctld 22.05: notes G.3.3.)
     slurm.log_user("GPU shards are lucidd's on this cluster: ask for --gres=gpu:1, lucidd shares the GPU when it can")
@@ -87,7 +87,7 @@ local function to_shards(job_desc)
   -- --gpu-freq and --ntasks-per-gpu are refused at submission ("Invalid generic resource"), and
   -- under --gpu-bind the job's srun steps of two or more tasks get no GPU (CUDA_VISIBLE_DEVICES
   -- empty). Such a job keeps its GPU request.
-  if has_gpu(job_desc.tres_bind) or has_gpu(job_desc.tres_freq)
+  if mentions(job_desc.tres_bind, "gpu") or mentions(job_desc.tres_freq, "gpu")
      or (set(job_desc.ntasks_per_tres) and job_desc.ntasks_per_tres ~= NO_VAL16) then
     return slurm.SUCCESS
   end
