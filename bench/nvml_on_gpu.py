@@ -110,12 +110,11 @@ def worker(kind: str, seconds: float, out: str, go: str) -> None:
     import torch
 
     spec = KINDS.get(kind, kind).split(":")
+    idle_ms = float(spec[3])  # the third field of both forms
     if spec[0] == "burst":
         step = _burst_step(torch, int(spec[1]), float(spec[2]), float(spec[4]))
-        idle_ms = float(spec[3])
     else:
         step = _model_step(torch, spec[1], int(spec[2]))
-        idle_ms = float(spec[3])
     torch.cuda.synchronize()
     Path(out + ".ready").write_text("")
     while not os.path.exists(go):
