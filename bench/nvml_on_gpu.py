@@ -110,7 +110,7 @@ def worker(kind: str, seconds: float, out: str, go: str) -> None:
     import torch
 
     spec = KINDS.get(kind, kind).split(":")
-    idle_ms = float(spec[3])  # the third field of both forms
+    idle_ms = float(spec[3])  # IDLE_MS, fourth in both forms (burst:SIDE:BUSY_MS:IDLE_MS:GIB, model:NAME:BATCH:IDLE_MS)
     if spec[0] == "burst":
         step = _burst_step(torch, int(spec[1]), float(spec[2]), float(spec[4]))
     else:
