@@ -167,6 +167,8 @@ def _version(dist):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=10.0, help="each phase's timed run")
+    p.add_argument("--interval", type=float, default=0.5,
+                   help="the sampler's [sampler] interval_s (>= 0.1); a phase needs 3 readings to be judged")
     p.add_argument("--out", default="", help="a folder to copy the sampler's SQLite database to")
     p.add_argument("--alone", default=DEFAULT_ALONE, help="kinds profiled alone (names of KINDS, or specs)")
     p.add_argument("--pairs", default=DEFAULT_PAIRS, help="pairs run together: A+B,...")
@@ -187,7 +189,7 @@ def main(argv=None) -> int:
     tmp = tempfile.mkdtemp(prefix="lucidd-nvml-")
     db = os.path.join(tmp, "lucidd.db")
     cfg_path = os.path.join(tmp, "lucidd.toml")
-    Path(cfg_path).write_text(f'[database]\nurl = "sqlite:///{db}"\n\n[sampler]\ninterval_s = 0.5\nflush_s = 2\n'
+    Path(cfg_path).write_text(f'[database]\nurl = "sqlite:///{db}"\n\n[sampler]\ninterval_s = {args.interval:g}\nflush_s = 2\n'
                               'node = "gpu01"\n')
 
     pynvml.nvmlInit()
