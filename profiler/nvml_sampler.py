@@ -286,6 +286,46 @@ class JobGpuProfile:
         return self.gmem_util_sum / self.util_samples if self.util_samples else None
 
 
+@dataclass
+class NodeGpus:
+    """A node's GPUs as NVML lists them: what its sampler's heartbeat says (store.GpuNodeRow)."""
+    count: int | None = None  # None: NVML could not count them
+    gpu_memory_mib: float | None = None  # the smallest GPU's memory; None: a GPU's could not be read
+    name: str = ""  # the first GPU's model ("NVIDIA H200"); differing models are joined with " + "
+    driver: str = ""
+    problem: str = ""  # why a figure is missing
+
+
+def describe_gpus(nvml) -> NodeGpus:
+    """The node's GPU count, smallest memory, models and driver. A GPU whose memory cannot be read
+    leaves the smallest unknown (None) rather than ignored: GPU packing must not take a larger GPU's
+    memory for a smaller one's."""
+    errs = nvml_errors(nvml)
+    out = NodeGpus()
+    try:
+        out.driver = _text(nvml.nvmlSystemGetDriverVersion())
+        out.count = int(nvml.nvmlDeviceGetCount())
+    except errs as exc:
+        out.problem = f"cannot count the GPUs: {exc}"
+        return out
+    sizes, names = [], []
+    for i in range(out.count):
+        try:
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            sizes.append(nvml.nvmlDeviceGetMemoryInfo(h).total / MIB)
+            name = _text(nvml.nvmlDeviceGetName(h))
+            if name not in names:
+                names.append(name)
+        except errs as exc:
+            out.problem = f"GPU {i}: cannot read its memory or model: {exc}"
+            sizes = None
+            break
+    if sizes:
+        out.gpu_memory_mib = round(min(sizes), 1)
+    out.name = " + ".join(names)
+    return out
+
+
 class Sampler:
     """Reads the node's GPUs and keeps per-job figures. `nvml`: the pynvml module (or a fake)."""
 
@@ -298,6 +338,7 @@ class Sampler:
         self.errors: dict[str, int] = {}
         self.lost: dict[int, int] = {}  # lost GPU -> readings it is still left out of
         self.started = False
+        self.gpus = NodeGpus()  # what the node's GPUs are, read at start()
 
     def start(self) -> None:
         try:
@@ -310,12 +351,12 @@ class Sampler:
         if problem:
             self.stop()
             raise SamplerError(f"NVML cannot be used on {self.node}: {problem}")
-        try:
-            driver = self.nvml.nvmlSystemGetDriverVersion()
-            count = self.nvml.nvmlDeviceGetCount()
-            log.info("NVML on %s: driver %s, %d GPU(s)", self.node, _text(driver), count)
-        except nvml_errors(self.nvml) as exc:
-            log.warning("NVML on %s: %s", self.node, exc)
+        self.gpus = describe_gpus(self.nvml)
+        if self.gpus.count is not None:
+            log.info("NVML on %s: driver %s, %d GPU(s)%s", self.node, self.gpus.driver or "?", self.gpus.count,
+                     f", the smallest {self.gpus.gpu_memory_mib:,.0f} MiB" if self.gpus.gpu_memory_mib else "")
+        if self.gpus.problem:
+            log.warning("NVML on %s: %s", self.node, self.gpus.problem)
         if not in_host_pid_namespace(self.proc_dir):
             log.warning("lucidd-sampler runs in a PID namespace of its own: NVML gives host PIDs, which name other "
                         "processes (or none) in %s, so jobs are not found or are mistaken; run it on the host "

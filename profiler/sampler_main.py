@@ -18,6 +18,7 @@ import time
 from profiler.nvml_sampler import Sampler, SamplerError, load_nvml
 
 log = logging.getLogger("lucidd.sampler")
+HEARTBEAT_S = 60.0  # the shortest time between two heartbeats (store.GpuNodeRow)
 
 
 def node_name(cfg) -> str:
@@ -36,7 +37,7 @@ class SamplerService:
         self.store = store
         self.clock, self.sleep = clock, sleep
         self.stop_requested = False
-        self.last_flush = self.last_prune = 0.0
+        self.last_flush = self.last_prune = self.last_heartbeat = 0.0
         self.unsaved: list = []  # figures a failed write left, written with the next
         self.created = False  # its table made (or checked) once the database first answers
         self.notifier = Notifier()
@@ -66,6 +67,23 @@ class SamplerService:
         self.unsaved = []
         return True
 
+    def heartbeat(self, now: float) -> bool:
+        """Say in the database that this node's sampler runs, and what its GPUs are (store.GpuNodeRow):
+        `lucidctl status` tells a stopped sampler from an idle node by it, and GPU packing with
+        `[packing] gpu_memory_mib = 0` takes its partitions' smallest GPU from it."""
+        from lucidd.live.store import StoreError
+
+        g = self.sampler.gpus
+        try:
+            if not self.created:
+                self.store.create_gpu_profiles()
+                self.created = True
+            self.store.save_gpu_node(self.sampler.node, int(now), g.count or 0, g.gpu_memory_mib, g.name, g.driver)
+        except StoreError as exc:
+            log.warning("cannot write this node's heartbeat: %s", exc)
+            return False
+        return True
+
     def prune(self, now: float) -> None:
         from lucidd.live.store import StoreError
 
@@ -84,6 +102,10 @@ class SamplerService:
         if now - self.last_flush >= self.cfg.sampler.flush_s:
             ok = self.flush(now)
             self.last_flush = now
+        # at most once a minute: a thousand nodes at the default flush_s would write 33 rows a second
+        if now - self.last_heartbeat >= max(self.cfg.sampler.flush_s, HEARTBEAT_S):
+            ok = self.heartbeat(now) and ok
+            self.last_heartbeat = now
         if now - self.last_prune >= 3600:
             self.prune(now)
             self.last_prune = now
@@ -142,6 +164,10 @@ def main(argv=None) -> int:
         try:
             service.step()
             ok = service.flush(service.clock())
+            g = service.sampler.gpus
+            print(f"node {service.sampler.node}: {g.count if g.count is not None else '?'} GPU(s) {g.name}, the "
+                  f"smallest {'?' if g.gpu_memory_mib is None else f'{g.gpu_memory_mib:,.0f} MiB'}, driver "
+                  f"{g.driver or '?'}{f' ({g.problem})' if g.problem else ''}")
             for prof in service.sampler.profiles.values():
                 print(f"job {prof.job_id} ({prof.partition or '?'}) on {prof.node} GPUs {sorted(prof.gpus)}: "
                       f"gpu_util {_pct(prof.gpu_util)}, gmem_util {_pct(prof.gmem_util)}, gmem "

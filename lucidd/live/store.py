@@ -23,8 +23,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 from ..errors import ConfigError, LucidError
 
 _INSTANCE_LOCK_KEY = 0x6C756364  # "lucd": pg_try_advisory_lock's first key for Store.hold_instance_lock
-SCHEMA_VERSION = 5  # 2: jobs.lent; 3: partition, user and account columns TEXT (were VARCHAR(200));
-# 4: gpu_profiles (a new table: create_all adds it to an older database); 5: jobs.time_limit_s
+SCHEMA_VERSION = 6  # 2: jobs.lent; 3: partition, user and account columns TEXT (were VARCHAR(200));
+# 4: gpu_profiles (a new table: create_all adds it to an older database); 5: jobs.time_limit_s;
+# 6: gpu_nodes (a new table; readers take its absence for "no sampler has said")
 OLDEST_READABLE_SCHEMA = 5  # the jobs table's columns since: an older one fails every read of it
 
 # Columns that were VARCHAR(200) before schema 3: Slurm takes a `-p` list of up to 1,024 characters,
@@ -159,6 +160,20 @@ class GpuProfileRow(Base):
     gmem_util: Mapped[float | None] = mapped_column(Float, nullable=True)  # mean memory read/write, %
     gmem_mib: Mapped[float | None] = mapped_column(Float, nullable=True)  # most memory on one GPU
     gpus: Mapped[str] = mapped_column(Text, default="")  # NVML indices, "0,1"
+
+
+class GpuNodeRow(Base):
+    """One GPU node as its NVML sampler last said, every `[sampler] flush_s` or at least every minute:
+    its sampler's heartbeat, and its GPUs' memory (GPU packing takes the smallest of a partition's
+    when `[packing] gpu_memory_mib` is 0). The sampler writes; lucidd and lucidctl read."""
+
+    __tablename__ = "gpu_nodes"
+    node: Mapped[str] = mapped_column(String(200), primary_key=True)
+    seen_at: Mapped[int] = mapped_column(BigInteger)
+    gpus: Mapped[int] = mapped_column(Integer, default=0)  # GPUs NVML lists
+    gpu_memory_mib: Mapped[float | None] = mapped_column(Float, nullable=True)  # its smallest GPU's; None: unread
+    gpu_name: Mapped[str] = mapped_column(Text, default="")
+    driver: Mapped[str] = mapped_column(Text, default="")
 
 
 class MetaRow(Base):
@@ -616,11 +631,32 @@ class Store:
 
     # -- GPU profiles (written by the NVML samplers on the GPU nodes) ------------------------------
     def create_gpu_profiles(self):
-        """The samplers' one table, made if missing. Not `create()`: lucidd on the controller owns
+        """The samplers' two tables, made if missing. Not `create()`: lucidd on the controller owns
         the schema (its upgrades and version); a sampler on each GPU node must not run them."""
         with self._guard("create gpu_profiles"):
             GpuProfileRow.__table__.create(self.engine, checkfirst=True)
+            GpuNodeRow.__table__.create(self.engine, checkfirst=True)
         return self
+
+    def save_gpu_node(self, node: str, seen_at: int, gpus: int, gpu_memory_mib, gpu_name: str = "", driver: str = ""):
+        """Upsert a sampler's heartbeat and its node's GPUs."""
+        with self.session() as s:
+            s.merge(GpuNodeRow(node=node[:200], seen_at=int(seen_at), gpus=int(gpus),
+                               gpu_memory_mib=None if gpu_memory_mib is None else float(gpu_memory_mib),
+                               gpu_name=gpu_name or "", driver=driver or ""))
+
+    def gpu_nodes(self) -> dict:
+        """node -> GpuNodeRow, as the samplers last said; empty on a database no sampler of schema 6
+        or later has written to (the table is missing until one does, or lucidd upgrades it)."""
+        from sqlalchemy import inspect
+
+        with self._guard("read gpu_nodes"):
+            if not inspect(self.engine).has_table(GpuNodeRow.__tablename__):
+                return {}
+        with self.session() as s:
+            rows = list(s.scalars(select(GpuNodeRow)))
+            s.expunge_all()
+        return {r.node: r for r in rows}
 
     def save_gpu_profiles(self, profiles):
         """Upsert the sampler's per-run figures (profiler.nvml_sampler.JobGpuProfile)."""
@@ -691,7 +727,7 @@ class ReadOnlyStore:
 
     WRITES = frozenset({"create", "set_meta", "save_jobs", "record_action", "record_actions", "add_cycle",
                         "add_history", "prune_history", "create_gpu_profiles", "save_gpu_profiles",
-                        "prune_gpu_profiles", "add_model_version", "forget_shadow_decisions", "settle_unapplied"})
+                        "save_gpu_node", "prune_gpu_profiles", "add_model_version", "forget_shadow_decisions", "settle_unapplied"})
 
     def __init__(self, store: Store):
         self._store = store

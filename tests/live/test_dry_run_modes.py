@@ -119,7 +119,7 @@ def test_the_read_only_store_drops_every_write_of_the_store():
     reads = {"ping", "get_meta", "jobs", "open_jobs", "started_jobs", "job", "applied_keys", "actions_for",
              "recent_actions", "last_cycles", "recorded_cycles", "history", "history_count", "history_fingerprint",
              "gpu_profiles", "profiling_gpu_profiles", "hold_instance_lock", "release_instance_lock", "instance_lock_alive",
-             "gpu_sampler_nodes", "model_versions", "session", "has_state", "schema_version", "signals_sent",
+             "gpu_sampler_nodes", "gpu_nodes", "model_versions", "session", "has_state", "schema_version", "signals_sent",
              "refuse_newer_schema"}
     public = {n for n, _ in inspect.getmembers(Store, inspect.isfunction) if not n.startswith("_")}
     # a new Store method must be classed here: a write that reached the database would break checks

@@ -58,7 +58,8 @@ _TEXT = {1: "Uninitialized", 3: "Not Supported", 4: "Insufficient Permissions", 
 class FakeNvml:
     """`gpus`: one dict per GPU: {"util": %, "mem_util": %, "procs": {pid: bytes or None}}, and
     optionally "mig": True (MIG mode on), False (off: the default), None (a GPU without MIG:
-    nvmlDeviceGetMigMode answers NotSupported).
+    nvmlDeviceGetMigMode answers NotSupported), "total_mib" (its memory, 24,576 by default) and
+    "name" ("FakeGPU").
     `fail`: call name (optionally "name:index") -> exception class to raise.
     `old_driver`: a driver before 510, without the _v3 process query."""
 
@@ -116,6 +117,16 @@ class FakeNvml:
         if g.get("mig"):
             raise NVMLError_NotSupported()  # "On MIG-enabled GPUs, querying device utilization rates is not supported"
         return SimpleNamespace(gpu=g["util"], memory=g["mem_util"])
+
+    def nvmlDeviceGetMemoryInfo(self, handle):  # noqa: N802 - bytes, as the real module's c_nvmlMemory_t
+        self._maybe_fail("nvmlDeviceGetMemoryInfo", handle.index)
+        total = int(self.gpus[handle.index].get("total_mib", 24576)) * 1024 * 1024
+        used = sum(b or 0 for b in self.gpus[handle.index]["procs"].values())
+        return SimpleNamespace(total=total, used=used, free=total - used)
+
+    def nvmlDeviceGetName(self, handle):  # noqa: N802 - str in nvidia-ml-py 13 (bytes in old pynvml)
+        self._maybe_fail("nvmlDeviceGetName", handle.index)
+        return self.gpus[handle.index].get("name", "FakeGPU")
 
     def nvmlDeviceGetComputeRunningProcesses_v3(self, handle):  # noqa: N802
         self._maybe_fail("nvmlDeviceGetComputeRunningProcesses_v3", handle.index)

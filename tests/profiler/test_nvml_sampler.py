@@ -340,6 +340,8 @@ def test_a_lost_gpu_is_left_alone_for_a_while_then_tried_again(proc, monkeypatch
     nvml = FakeNvml(node_gpus(), fail={f"{call}:0": NVMLError_GpuIsLost})
     s = Sampler(nvml, "gpu01", str(proc))
     s.start()
+    nvml.calls.clear()  # start() asks each GPU once for its memory: only the readings count here
+    caplog.clear()
     with caplog.at_level(logging.WARNING, logger="lucidd.sampler"):
         for t in range(8):  # lost at 0, left out at 1-3, lost again at 4, left out at 5-7
             s.sample(t)
@@ -495,3 +497,51 @@ def test_a_sampler_outside_the_hosts_pid_namespace_says_so(tmp_path, caplog):
         assert not [r for r in caplog.records if "PID namespace" in r.getMessage()]
         Sampler(FakeNvml(node_gpus()), "gpu01", str(container)).start()
     assert len([r for r in caplog.records if "PID namespace" in r.getMessage()]) == 1
+
+
+def test_the_nodes_gpus_are_read_once_and_the_smallest_memory_kept(proc):
+    gpus = node_gpus()
+    gpus[0].update(total_mib=81559, name="NVIDIA A100-SXM4-80GB")
+    gpus[1].update(total_mib=40960, name="NVIDIA A100-SXM4-40GB")
+    gpus[2].update(total_mib=81559, name="NVIDIA A100-SXM4-80GB")
+    s = Sampler(FakeNvml(gpus), "gpu01", str(proc))
+    s.start()
+    g = s.gpus
+    assert (g.count, g.gpu_memory_mib, g.name, g.driver, g.problem) == (
+        3, 40960.0, "NVIDIA A100-SXM4-80GB + NVIDIA A100-SXM4-40GB", "535.183.01", "")
+
+
+def test_a_gpu_whose_memory_cannot_be_read_leaves_the_smallest_unknown(proc):
+    # packing must not take the other GPUs' memory for the node's smallest
+    s = Sampler(FakeNvml(node_gpus(), fail={"nvmlDeviceGetMemoryInfo:1": NVMLError_NotSupported}), "gpu01", str(proc))
+    s.start()
+    assert s.gpus.count == 3 and s.gpus.gpu_memory_mib is None and "GPU 1" in s.gpus.problem
+    s.stop()
+    s = Sampler(FakeNvml(node_gpus(), fail={"nvmlDeviceGetCount": fk.NVMLError_DriverNotLoaded}), "gpu01", str(proc))
+    s.start()  # the sampler still starts: a reading may work later
+    assert s.gpus.count is None and s.gpus.gpu_memory_mib is None and "count" in s.gpus.problem
+
+
+def test_the_service_writes_a_heartbeat_at_most_once_a_minute(tmp_path, proc):
+    cfg = _cfg(tmp_path, flush_s=5.0)
+    store = Store(cfg.database.url)
+    assert store.gpu_nodes() == {}  # no table yet: no sampler has said anything
+    clock = Clock(10_000.0)
+    nvml = FakeNvml(node_gpus())
+    svc = SamplerService(cfg, nvml, store, str(proc), clock=clock, sleep=lambda s: None)
+    svc.start()
+    svc.step()
+    row = store.gpu_nodes()["gpu01"]
+    assert (row.seen_at, row.gpus, row.gpu_memory_mib, row.gpu_name) == (10_000, 3, 24576.0, "FakeGPU")
+    nvml.gpus[:] = [dict(g, procs={}) for g in nvml.gpus]  # the node goes idle: its heartbeat goes on
+    for _ in range(12):
+        clock.t += 5
+        svc.step()
+    assert store.gpu_nodes()["gpu01"].seen_at == 10_060
+
+    def dead(*_a):
+        raise StoreError("database sqlite:///x unavailable (session): connection refused")
+
+    store.save_gpu_node = dead
+    clock.t += 60
+    assert not svc.step()  # a failed heartbeat is a failed step, logged; the sampler goes on
