@@ -23,9 +23,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 from ..errors import ConfigError, LucidError
 
 _INSTANCE_LOCK_KEY = 0x6C756364  # "lucd": pg_try_advisory_lock's first key for Store.hold_instance_lock
-SCHEMA_VERSION = 6  # 2: jobs.lent; 3: partition, user and account columns TEXT (were VARCHAR(200));
-# 4: gpu_profiles (a new table: create_all adds it to an older database); 5: jobs.time_limit_s;
-# 6: gpu_nodes (a new table; readers take its absence for "no sampler has said")
+SCHEMA_VERSION = 5  # 2: jobs.lent; 3: partition, user and account columns TEXT (were VARCHAR(200));
+# 4: gpu_profiles (a new table: create_all adds it to an older database); 5: jobs.time_limit_s.
+# gpu_nodes (28 November 2026) is no new version: only samplers write it, readers take its absence
+# for "no sampler has said", and a lucidd of schema 5 never reads it, so a rollback needs no restore.
 OLDEST_READABLE_SCHEMA = 5  # the jobs table's columns since: an older one fails every read of it
 
 # Columns that were VARCHAR(200) before schema 3: Slurm takes a `-p` list of up to 1,024 characters,
