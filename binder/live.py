@@ -29,7 +29,7 @@ inputs), so a model is asked with amp off and on and the higher score is taken.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .pairing import JUMBO, MEDIUM, SCORE_NAMES, TINY
 from .speeds import time_sliced_pair_speed
@@ -60,13 +60,38 @@ class LivePackingConfig:
     # 1: Tiny jobs share, never Medium ones: two Medium jobs keep about 0.65-0.70 of their speed on
     # a time-sliced H200 (bench/nvml_on_gpu.py), which the labels call Jumbo behaviour
     gss: int = 1
-    gpu_memory_mib: float = 0.0  # one GPU's memory; 0: unknown, nothing shares
+    gpu_memory_mib: float = 0.0  # one GPU's memory; 0: unknown, nothing shares (see with_gpu_memory)
     memory_headroom_mib: float = 1024.0  # kept free on a shared GPU (CUDA contexts, fragmentation)
     # mean SM utilisation (%) below which a job is Tiny (rule): 15 keeps a pair of Tiny jobs at 0.87
     # of their speed or more by time-slicing's estimate (two ResNet-18s at 24.5 % kept 0.80 on an H200)
     tiny_below_util: float = 15.0
     jumbo_from_util: float = 60.0  # ... from which it is Jumbo (rule); Medium between
     min_util_samples: int = 3  # NVML readings of utilisation a class needs
+    memory_unknown: str = ""  # why gpu_memory_mib is 0, when with_gpu_memory found no figure
+
+
+def with_gpu_memory(cfg: LivePackingConfig, partitions: str, gpu_memory: dict) -> LivePackingConfig:
+    """`cfg` with the GPU memory that the memory rule assumes for a job that may run in `partitions`
+    (Slurm's comma list): `[packing] gpu_memory_mib` when set, else (0) the smallest GPU on those
+    partitions' GPU nodes as their NVML samplers report it (`gpu_memory`: partition -> {node: the
+    node's smallest GPU in MiB, None when its sampler has not said}). Slurm may put a lowered job
+    on any of those nodes, so one node without a figure leaves the memory unknown, and nothing shares."""
+    if cfg.gpu_memory_mib > 0:
+        return cfg
+    nodes = {}
+    for part in (partitions or "").split(","):
+        nodes.update(gpu_memory.get(part, {}))
+    if not nodes:
+        return replace(cfg, memory_unknown=f"GPU memory unknown: no GPU node of {partitions or '?'} is known "
+                                           "([packing] gpu_memory_mib = 0: the smallest GPU its samplers report)")
+    unknown = sorted(n for n, mib in nodes.items() if not mib)
+    if unknown:
+        named = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        return replace(cfg, memory_unknown=(
+            f"GPU memory unknown: no NVML sampler has reported the GPUs of {named} ({len(unknown)} of "
+            f"{len(nodes)} GPU node(s) of {partitions}; [packing] gpu_memory_mib = 0 takes the smallest GPU "
+            "their samplers report)"))
+    return replace(cfg, gpu_memory_mib=float(min(nodes.values())))
 
 
 def share_score(profile, cfg: LivePackingConfig, model=None) -> tuple[int | None, str]:
@@ -108,7 +133,7 @@ def sharing_blocker(profile, score: int | None, why_score: str, cfg: LivePacking
     if 2 * score > cfg.gss:
         return f"{why_score}; a pair of such jobs could exceed GSS {cfg.gss}"
     if cfg.gpu_memory_mib <= 0:
-        return "[packing] gpu_memory_mib is not set: whether two jobs fit one GPU is unknown"
+        return cfg.memory_unknown or "[packing] gpu_memory_mib is not set: whether two jobs fit one GPU is unknown"
     gmem = profile.gmem_mib
     if gmem is None:
         return "its GPU memory is unknown"

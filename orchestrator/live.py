@@ -29,8 +29,8 @@ from datetime import datetime
 import pandas as pd
 
 from lucidd.jobs import Job, within_limit
-from lucidd.live.reconcile import (NOT_ESTIMATED, Decider, DecisionInput, Plan, estimate_explanation,
-                                   packing_explanation)
+from lucidd.live.reconcile import (NOT_ESTIMATED, PARTITION_GPU_NODES_KEY, Decider, DecisionInput, Plan,
+                                   estimate_explanation, packing_explanation, partition_gpu_memory)
 from profiler.lgf import LeastGPUFirst
 
 from .policy import LucidConfig, LucidPolicy, _size
@@ -687,7 +687,7 @@ class LucidDecider(Decider):
         counts as waiting for GPUs until `hold` after a job there last did: Slurm gives a pending
         job's reason anew at its next scheduling pass, so a job whose own Resources was the only
         one would otherwise be lowered and raised again at alternate cycles."""
-        from binder.live import partitions_wanting_gpus, shard_decision
+        from binder.live import partitions_wanting_gpus, shard_decision, with_gpu_memory
 
         hold = max(60.0, 3 * self.cfg.daemon.interval_s)
         for part, jid in partitions_wanting_gpus(inp.waiting).items():
@@ -702,7 +702,8 @@ class LucidDecider(Decider):
                 part = r.target_partition if r is not None and r.target_partition else j.partition
                 est = plan.estimates.get(j.job_id, (r.estimate_s if r is not None else None,))[0]
                 plan.shards[j.job_id] = shard_decision(j, part, inp.gpu_profiles.get(j.job_id), wanting,
-                                                       self.packing, self.packing_model, estimate_s=est)
+                                                       with_gpu_memory(self.packing, part, inp.gpu_memory),
+                                                       self.packing_model, estimate_s=est)
 
     def _order(self, jobs, now, plan):
         need = [j for j in jobs if j.estimate is None]
@@ -798,14 +799,18 @@ class LucidDecider(Decider):
     def explain_packing(self, store, record) -> dict:
         """The packing test of binder/live.py on the job's profiling-run figures: what lucidd weighs
         at each cycle the job waits (whether its partition waits for GPUs is said by its actions)."""
-        from binder.live import SCORE_NAMES, limit_blocker, packing_test
+        from binder.live import SCORE_NAMES, limit_blocker, packing_test, with_gpu_memory
 
         if self.packing is None:
             return packing_explanation(False, blocker="GPU packing is off ([packing] enabled = false)")
         profile = store.profiling_gpu_profiles([record.job_id], self.cfg.slurm.profiling_partition).get(record.job_id)
-        score, how, blocker = packing_test(profile, self.packing, self.packing_model)
+        cfg = self.packing
+        if cfg.gpu_memory_mib <= 0:  # the smallest GPU of the partitions' nodes as lucidd last saw them
+            nodes = json.loads(store.get_meta(PARTITION_GPU_NODES_KEY) or "{}")
+            cfg = with_gpu_memory(cfg, record.target_partition or "", partition_gpu_memory(nodes, store.gpu_nodes()))
+        score, how, blocker = packing_test(profile, cfg, self.packing_model)
         if blocker is None:  # the time limit as Slurm last showed it, and the estimate the cycle made
-            blocker = limit_blocker(record.estimate_s, record.time_limit_s, self.packing)
+            blocker = limit_blocker(record.estimate_s, record.time_limit_s, cfg)
         if blocker is None and record.gpus != 1:
             blocker = f"asks for {record.gpus} GPUs: only 1-GPU jobs that job_submit.lua turned into shards share"
         return packing_explanation(True, may_share=blocker is None, score=score,

@@ -246,6 +246,12 @@ class LucidOnSlurm:
             from orchestrator.live import live_packing
 
             self.pack, self.pack_model = live_packing(live)
+            if self.pack.gpu_memory_mib <= 0:
+                from lucidd.errors import ConfigError
+
+                # live, 0 takes the samplers' figures; a replay has no sampler to ask
+                raise ConfigError("[packing] gpu_memory_mib: a replay needs it set (one GPU's memory in MiB): "
+                                  "0 takes the smallest GPU the NVML samplers report, and a replay has none")
         self.share_speeds = share_speeds
 
     # ----- time helpers ---------------------------------------------------------------------

@@ -127,7 +127,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "packing": {
         "enabled": Key(bool, False, "lower waiting 1-GPU jobs of shards to one shard (they may share a GPU) "
                                     "while their partition waits for GPUs"),
-        "gpu_memory_mib": Key(int, 0, "memory of one GPU, MiB (nvidia-smi --query-gpu=memory.total)",
+        "gpu_memory_mib": Key(int, 0, "memory of one GPU, MiB (nvidia-smi --query-gpu=memory.total); 0: each "
+                                      "partition's smallest GPU, as the NVML samplers on its nodes report it",
                               min=0, max=10 ** 7),
         "memory_headroom_mib": Key(int, 1024, "GPU memory kept free on a shared GPU, MiB", min=0, max=10 ** 7),
         "gss": Key(int, 1, "GPU sharing score budget: each job that may share scores at most GSS / 2 "
@@ -299,11 +300,7 @@ def config_from_dict(raw: dict, path: str | None = None, lenient: list | None = 
                               f"(points_per_doubling x half-lives must stay below 9e8); lower one or raise the other")
     k = sections["packing"]
     if k["enabled"] and lenient is None:
-        if k["gpu_memory_mib"] <= 0:
-            raise ConfigError("[packing] gpu_memory_mib: must be set when enabled (one GPU's memory in MiB, as "
-                              "`nvidia-smi --query-gpu=memory.total --format=csv` gives it): without it lucidd "
-                              "cannot tell whether two jobs fit one GPU")
-        if k["memory_headroom_mib"] >= k["gpu_memory_mib"]:
+        if k["gpu_memory_mib"] and k["memory_headroom_mib"] >= k["gpu_memory_mib"]:
             raise ConfigError(f"[packing] memory_headroom_mib ({k['memory_headroom_mib']}) must be below "
                               f"gpu_memory_mib ({k['gpu_memory_mib']}): no job could share a GPU")
         if k["tiny_below_util"] > k["jumbo_from_util"]:

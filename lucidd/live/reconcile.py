@@ -75,6 +75,9 @@ class DecisionInput:
     # job_id -> the NVML figures of its profiling run (store.GpuProfileRow), for the waiting jobs of
     # shards (GPU packing: LiveJob.packable) only
     gpu_profiles: dict = field(default_factory=dict)
+    # partition -> {GPU node: its smallest GPU's memory in MiB as its NVML sampler said, or None},
+    # read when some waiting job is one of shards (GPU packing with [packing] gpu_memory_mib = 0)
+    gpu_memory: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -197,6 +200,14 @@ REQUEUE_COMPLETING_WAIT_S = 10  # open_inbox waits this long for requeues still 
 SHARDS_RETRY_S = 600  # a shard change Slurm refused is asked again after this long, not every cycle
 # sacct reads of the finished-job history (Reconciler.read_history)
 HISTORY_CURSOR_KEY = "history_read_to"  # meta: where the sacct reads have got to (Unix seconds)
+PARTITION_GPU_NODES_KEY = "partition_gpu_nodes"  # meta: {partition: [its GPU nodes]}, as lucidd last saw them
+
+
+def partition_gpu_memory(nodes: dict, said: dict) -> dict:
+    """partition -> {GPU node: its smallest GPU's MiB or None}, from `nodes` (partition -> [GPU
+    nodes]) and what the samplers said (`Store.gpu_nodes()`: node -> GpuNodeRow)."""
+    return {part: {n: (said[n].gpu_memory_mib if n in said else None) for n in names}
+            for part, names in nodes.items()}
 HISTORY_OVERLAP_S = 3600  # each read starts this much before the last one ended: slurmdbd may record late
 HISTORY_FIRST_SPAN_S = 86400  # a backlog's first window
 HISTORY_MIN_SPAN_S = 3600
@@ -240,6 +251,7 @@ class Reconciler:
         self._warned_no_boot = False
         self.warns_of_shadow_inbox = True  # False for a check (`--once --dry-run`), beside a live lucidd
         self._warned_no_profiling = False  # a shadow said once that Slurm has no profiling partition
+        self._partition_gpu_nodes = None  # what PARTITION_GPU_NODES_KEY was last written with
         self._profiles_on = frozenset()  # the profiling partition's nodes, as of this cycle
         self.clock = clock
         s = config.slurm
@@ -432,9 +444,10 @@ class Reconciler:
         signalled = self.store.signals_sent(asked) if asked else {}
         packable = [j.job_id for j in waiting + releasing if j.packable]
         profiles = self.store.profiling_gpu_profiles(packable, self.profiling) if packable else {}
+        gpu_memory = self._partition_gpu_memory(snap) if packable else {}
         inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus, queued, free,
                             lend_gpus, lend_node, busy, away_s=0.0 if self.dry_run else away_s, signalled=signalled,
-                            gpu_profiles=profiles)
+                            gpu_profiles=profiles, gpu_memory=gpu_memory)
         plan = self.decider.decide(inp)
         plan.release.extend(direct)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
@@ -514,6 +527,20 @@ class Reconciler:
             return (f"its time limit, {j.time_limit_s} s, is above {r.target_partition}'s MaxTime "
                     f"({max(p.max_time_s for p in parts)} s)")
         return None
+
+    def _partition_gpu_memory(self, snap) -> dict:
+        """partition -> {GPU node: its smallest GPU's MiB as its sampler last said, or None}. The
+        partitions' GPU nodes are kept in the database too (meta PARTITION_GPU_NODES_KEY, written
+        when they change) so that `lucidctl explain` judges a job on the nodes lucidd did."""
+        nodes = {}
+        for name, n in sorted(snap.nodes.items()):
+            if n.gpus > 0:
+                for part in n.partitions:
+                    nodes.setdefault(part, []).append(name)
+        if nodes != self._partition_gpu_nodes:
+            self.store.set_meta(PARTITION_GPU_NODES_KEY, json.dumps(nodes, sort_keys=True))
+            self._partition_gpu_nodes = nodes
+        return partition_gpu_memory(nodes, self.store.gpu_nodes())
 
     def _profiling_nodes(self, snap) -> frozenset:
         """The nodes of the profiling partition. A shadow (--dry-run) on a cluster that does not

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from binder.live import OWN, SHARED, LivePackingConfig, partitions_wanting_gpus, shard_decision, share_score
-from lucidd.backends.base import BackendError, LiveJob
+from lucidd.backends.base import BackendError, LiveJob, NodeGPUs
 from lucidd.backends.slurm import gres_used_gpus, parse_job, sacct_rows
 from lucidd.errors import ConfigError
 from lucidd.live.config import config_from_dict
@@ -135,8 +135,8 @@ def test_waiting_for_gpus_is_slurms_reason_resources_or_priority():
 # ----- config -----------------------------------------------------------------------------------
 
 def test_packing_needs_the_gpu_memory_and_a_model_that_loads(tmp_path):
-    with pytest.raises(ConfigError, match="gpu_memory_mib"):
-        config_from_dict({"packing": {"enabled": True}})
+    # 0 (the default): each partition's smallest GPU as the samplers report it (with_gpu_memory)
+    assert config_from_dict({"packing": {"enabled": True}}).packing.gpu_memory_mib == 0
     with pytest.raises(ConfigError, match="tiny_below_util"):
         config_from_dict({"packing": {"enabled": True, "gpu_memory_mib": 24576, "tiny_below_util": 70}})
     with pytest.raises(ConfigError, match="memory_headroom_mib"):  # nothing could ever share
@@ -150,13 +150,13 @@ def test_packing_needs_the_gpu_memory_and_a_model_that_loads(tmp_path):
 
 # ----- the daemon -------------------------------------------------------------------------------
 
-def _packing_cluster(tmp_path, packing=True, dry_run=False):
+def _packing_cluster(tmp_path, packing=True, dry_run=False, gpu_memory_mib=24576):
     """(config, clock, in-memory Slurm, store, lucidd) with GPU packing on (Tprof 60 s, every cycle 10 s)."""
     cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
                             "models": {"dir": str(tmp_path / "models")},
                             "profiler": {"tprof_s": 60, "skip_when_free": False, "lend_idle_gpus": False,
                                          "long_tprof_s": 0},
-                            "packing": {"enabled": packing, "gpu_memory_mib": 24576}})
+                            "packing": {"enabled": packing, "gpu_memory_mib": gpu_memory_mib}})
     clock = Clock()
     slurm = MemSlurm(clock)
     store = Store(cfg.database.url).create()
@@ -501,3 +501,63 @@ def test_status_says_the_packing_rule_it_applies(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "GPU packing: on (GSS 1, GPUs of 24,576 MiB, the rule on SM utilisation: Tiny below 15 %, Jumbo from 60 %" \
         in out, out
+
+
+# ----- [packing] gpu_memory_mib = 0: each partition's smallest GPU, as the samplers report it -------
+
+def test_the_memory_rule_takes_the_smallest_gpu_of_the_jobs_partitions():
+    from binder.live import with_gpu_memory
+
+    auto = LivePackingConfig()
+    mem = {"main": {"a1": 81559.0, "a2": 40960.0}, "big": {"a1": 81559.0}, "new": {"a1": 81559.0, "b1": None}}
+    assert with_gpu_memory(auto, "main", mem).gpu_memory_mib == 40960.0
+    assert with_gpu_memory(auto, "big", mem).gpu_memory_mib == 81559.0
+    assert with_gpu_memory(auto, "big,main", mem).gpu_memory_mib == 40960.0  # Slurm may pick either
+    unknown = with_gpu_memory(auto, "new", mem)
+    assert unknown.gpu_memory_mib == 0 and "no NVML sampler has reported the GPUs of b1 (1 of 2" in unknown.memory_unknown
+    assert "no GPU node of gone is known" in with_gpu_memory(auto, "gone", mem).memory_unknown
+    assert with_gpu_memory(CFG, "new", mem) is CFG  # a configured size is taken as it is
+    count, why = shard_decision(SimpleNamespace(job_id=5, partition="new"), "new", prof(), {"new": 9}, unknown)
+    assert count == OWN and "no NVML sampler has reported the GPUs of b1" in why
+    # 3,000 MiB fits half of an 8 GiB GPU less the headroom, not half of a 6 GiB one
+    small = {"main": {"a1": 8192.0, "a2": 6144.0}}
+    count, why = shard_decision(SimpleNamespace(job_id=5, partition="main"), "main", prof(mem=3000), {"main": 9},
+                                with_gpu_memory(auto, "main", small))
+    assert count == OWN and "more than half of a GPU's 6144 MiB" in why
+
+
+def test_with_gpu_memory_0_lucidd_packs_once_every_node_of_the_partition_has_said(tmp_path):
+    from lucidd.admin_cli import explain_data
+
+    cfg, clock, slurm, store, rec = _packing_cluster(tmp_path, gpu_memory_mib=0)
+    slurm.jobs[99] = LiveJob(99, partition="main", gpus=8, reason="Resources", admin_comment="lucid:partition=main")
+    _profiled(slurm, store, clock, rec, 5)
+    store.save_gpu_node("gpu1", clock.t, 8, 24576.0, "FakeGPU", "535.183.01")  # gpu2's sampler has not said
+    _cycles(rec, clock, 80)
+    slurm.jobs[5].reason = "BeginTime"
+    _cycles(rec, clock, 20)
+    assert (slurm.jobs[5].partition, slurm.jobs[5].shards) == ("main", 2)
+    k = explain_data(cfg, store, 5)["packing"]
+    assert not k["may_share"] and "no NVML sampler has reported the GPUs of gpu2 (1 of 2" in k["blocker"]
+    store.save_gpu_node("gpu2", clock.t, 8, 24576.0, "FakeGPU", "535.183.01")
+    _cycles(rec, clock, 10)
+    assert slurm.jobs[5].shards == 1
+    (act,) = [a for a in store.actions_for(5) if a.kind == "shards"]
+    assert "may share a GPU" in act.reason
+    assert explain_data(cfg, store, 5)["packing"]["may_share"]
+    # a node with small GPUs joins the partition: its 4 GiB GPUs cannot hold two 3,000 MiB jobs
+    slurm.nodes["gpu3"] = NodeGPUs("gpu3", 8, 0, "IDLE", ("inbox", "profiling", "main"))
+    store.save_gpu_node("gpu3", clock.t, 8, 4096.0, "SmallGPU", "535.183.01")
+    _cycles(rec, clock, 10)
+    assert slurm.jobs[5].shards == 2
+    assert "more than half of a GPU's 4096 MiB" in explain_data(cfg, store, 5)["packing"]["blocker"]
+
+
+def test_a_replay_with_packing_needs_the_gpu_memory_set():
+    from lucidd.cluster import ClusterSpec, VCSpec
+    from orchestrator.slurm_mode import LucidOnSlurm, live_config
+
+    spec = ClusterSpec({"a": VCSpec("a", 1, 8)})
+    with pytest.raises(ConfigError, match="a replay needs it set"):
+        LucidOnSlurm([], spec, live_config({"packing": {"enabled": True}}))
+    assert LucidOnSlurm([], spec, live_config({"packing": {"enabled": True, "gpu_memory_mib": 24576}})).pack

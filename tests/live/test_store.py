@@ -341,6 +341,22 @@ def test_model_versions(store):
     assert '"mae": 1.5' in v[1].detail
 
 
+def test_gpu_node_heartbeats_are_upserted_and_a_missing_table_reads_empty(store):
+    store.engine.dispose()
+    from sqlalchemy import text
+
+    with store.engine.begin() as c:  # a database no sampler of 28 November 2026 or later wrote to
+        c.execute(text("DROP TABLE IF EXISTS gpu_nodes"))
+    assert store.gpu_nodes() == {}
+    store.create_gpu_profiles()  # what a sampler does first: both its tables
+    store.save_gpu_node("gpu1", 100, 8, 81559.0, "NVIDIA H100 80GB HBM3", "580.159.04")
+    store.save_gpu_node("gpu2", 100, 8, None, "", "")  # a GPU's memory unreadable
+    store.save_gpu_node("gpu1", 160, 8, 81559.0, "NVIDIA H100 80GB HBM3", "580.159.04")
+    got = store.gpu_nodes()
+    assert {n: (r.seen_at, r.gpus, r.gpu_memory_mib) for n, r in got.items()} == {
+        "gpu1": (160, 8, 81559.0), "gpu2": (100, 8, None)}
+
+
 # ----- errors and redaction ---------------------------------------------------------------------
 
 def test_unreachable_postgres_is_a_store_error_without_the_password():

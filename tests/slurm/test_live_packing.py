@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -53,7 +54,7 @@ def test_two_profiled_jobs_that_may_share_run_on_one_gpu(packing_lua, tmp_path, 
     script.write_text(SCRIPT)
     script.chmod(0o755)
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state", profiler={"tprof_s": 25, "lend_idle_gpus": False},
-                       packing={"enabled": True, "gpu_memory_mib": 24576})
+                       packing={"enabled": True})  # gpu_memory_mib 0: the samplers' heartbeats, below
     daemon = lucidd_factory(cfg).start()
     # gpu2-4 busy (not profiled, no GPU request changed: 8-GPU requests stay whole GPUs)
     blockers = [sbatch(script, 300, "-w", f"gpu{n}", "--exclusive", "--gres=gpu:8", "--comment", "lucid:noprofile",
@@ -72,6 +73,9 @@ def test_two_profiled_jobs_that_may_share_run_on_one_gpu(packing_lua, tmp_path, 
                                              samples=5, util_samples=5, gpu_util=util, gmem_util=10.0,
                                              gmem_max_mib=3000.0, gpus={k})
                              for k, (jid, util) in enumerate(((a, 10.0), (b, 12.0), (c, 45.0)))])
+    # ... and each node's heartbeat: lucidd takes main's smallest GPU, over the nodes sinfo lists in it
+    for node in sorted(set(sh("sinfo", "-h", "-N", "-p", "main", "-o", "%N").split())):
+        store.save_gpu_node(node, int(time.time()), 8, 24576.0, "FakeGPU", "535.183.01")
     # a 16-GPU job waits for two whole nodes: its partition waits for GPUs (reason Resources)
     waiter = sbatch(script, 5, "-N", "2", "--gres=gpu:8", "--comment", "lucid:noprofile", name="waiter")
     wait_until(lambda: (_job(waiter) or {}).get("state_reason") in ("Resources", "Priority")
