@@ -185,8 +185,17 @@ def _samplers(store, now) -> dict:
         nodes = store.gpu_sampler_nodes()
     except StoreError:  # a database from before schema 4
         nodes = {}
+    try:
+        beats = store.gpu_nodes()
+    except StoreError:
+        beats = {}
+    # A heartbeat comes at least every [sampler] flush_s or minute, whether or not a job ran
+    silent = sorted(n for n, r in beats.items() if now - r.seen_at > 600)
+    sizes = [r.gpu_memory_mib for r in beats.values() if r.gpu_memory_mib]
     return {"nodes": len(nodes), "nodes_last_10_min": sum(1 for t in nodes.values() if now - t <= 600),
-            "last_reading_age_s": _age(max(nodes.values()), now) if nodes else None}
+            "last_reading_age_s": _age(max(nodes.values()), now) if nodes else None,
+            "heartbeat_nodes": len(beats), "silent_nodes": silent,
+            "gpu_memory_mib": {"smallest": min(sizes), "largest": max(sizes)} if sizes else None}
 
 
 def queue_data(cfg, store) -> dict:
@@ -465,7 +474,9 @@ def cmd_live(args) -> int:
         k = d["packing"]
         rule = (f"the rule on SM utilisation: Tiny below {k['tiny_below_util']:g} %, Jumbo from "
                 f"{k['jumbo_from_util']:g} %")
-        print("  GPU packing: " + (f"on (GSS {k['gss']}, GPUs of {k['gpu_memory_mib']:,} MiB, "
+        gpus = (f"GPUs of {k['gpu_memory_mib']:,} MiB" if k["gpu_memory_mib"] else
+                "each partition's smallest GPU as its samplers report it")
+        print("  GPU packing: " + (f"on (GSS {k['gss']}, {gpus}, "
                                      f"{'model ' + k['model'] + ', at least ' + rule if k['model'] else rule}; "
                                      "`explain` shows each job's shard changes)" if k["enabled"] else "off"))
         oa = d["order_agreement"]
@@ -477,6 +488,14 @@ def cmd_live(args) -> int:
         if gs["nodes"]:
             print(f"  NVML samplers: {gs['nodes_last_10_min']} of {gs['nodes']} node(s) reported a job in the last "
                   f"10 min (last reading {gs['last_reading_age_s']} s ago)")
+        if gs["heartbeat_nodes"]:
+            silent = gs["silent_nodes"]
+            mem = gs["gpu_memory_mib"]
+            print(f"  NVML samplers' heartbeats: {gs['heartbeat_nodes'] - len(silent)} of {gs['heartbeat_nodes']} "
+                  f"node(s) within 10 min" + (f"; silent: {', '.join(silent[:10])}"
+                                               f"{f' and {len(silent) - 10} more' if len(silent) > 10 else ''}"
+                                               if silent else "")
+                  + (f"; GPUs of {mem['smallest']:,.0f} to {mem['largest']:,.0f} MiB" if mem else ""))
         for e in d["recent_errors"]:
             print(f"  error at {_ts(e['at'])}: {e['error']}")
         out = d["last_database_outage"]

@@ -89,6 +89,7 @@ def _a_job_through_profiling(cluster):  # noqa: F811
     store.save_gpu_profiles([SimpleNamespace(job_id=41, partition="profiling", node="gpu1", first_t=int(clock.t) - 600,
                                              last_t=int(clock.t) - 10, samples=60, util_samples=60, gpu_util=71.5,
                                              gmem_util=30.0, gmem_max_mib=10240.0, gpus={0})])
+    store.save_gpu_node("gpu1", int(clock.t) - 30, 8, 24576.0, "FakeGPU", "535.183.01")
     return cfg, clock, store
 
 
@@ -97,6 +98,7 @@ def test_status_prints_what_docs_cli_md_documents(cluster):  # noqa: F811
     d = status_data(cfg, store, now=clock.t)
     # the nested objects are filled, so that their keys are checked too
     assert d["last_cycle"] and d["jobs_needing_attention"] and d["models"] and d["last_database_outage"]
+    assert d["gpu_samplers"]["gpu_memory_mib"] == {"smallest": 24576.0, "largest": 24576.0}
     _check("status", _keys(d), _section("`--json status` prints one object:"))
 
 

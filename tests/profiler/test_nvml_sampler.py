@@ -279,7 +279,9 @@ def test_status_counts_the_nodes_whose_samplers_report(tmp_path, proc):
         svc.start()
         svc.step()
     assert status_data(cfg, store, now=10_100.0)["gpu_samplers"] == {
-        "nodes": 2, "nodes_last_10_min": 1, "last_reading_age_s": 100.0}
+        "nodes": 2, "nodes_last_10_min": 1, "last_reading_age_s": 100.0,
+        # the heartbeats: gpu01's last is 1,100 s old
+        "heartbeat_nodes": 2, "silent_nodes": ["gpu01"], "gpu_memory_mib": {"smallest": 24576.0, "largest": 24576.0}}
 
 
 # ------------------------------------------------------------------------------------------------
