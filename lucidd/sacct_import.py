@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 
 from .backends.base import PARTITION_TAG, never_ran
-from .backends.slurm import json_int, json_time
+from .backends.slurm import json_int, json_time, tres_gpus
 from .errors import LucidError
 
 #: lucidd's own partitions (docs/deploy.md): a job's VC is never one of these when it can be helped.
@@ -161,26 +161,6 @@ def _state(rec) -> str:
     return str(s or "").upper()
 
 
-def _tres_gpus(items) -> int:
-    """GPUs in a TRES list: the untyped `gres/gpu` entry, else the sum of the typed ones; a job of
-    shards alone counts one GPU."""
-    total, typed, shard = None, 0, False
-    for item in items or []:
-        if not isinstance(item, dict) or item.get("type") != "gres":
-            continue
-        name = str(item.get("name") or "")
-        count = json_int(item.get("count"), 0) or 0
-        if name == "gpu":
-            total = max(total or 0, count)
-        elif name.startswith("gpu:"):
-            typed += count
-        elif (name == "shard" or name.startswith("shard:")) and count:
-            shard = True
-    gpus = total if total is not None else typed
-    # a job of shards (lucidd's GPU packing, docs/deploy.md) holds part of one GPU: counted as one
-    return gpus or (1 if shard else 0)
-
-
 def _tres_count(items, kind: str) -> int:
     for item in items or []:
         if isinstance(item, dict) and item.get("type") == kind:
@@ -236,7 +216,7 @@ def _read_run(rec: dict, order: int) -> _Run:
         display = f"{het_job}+{offset}"
     t = rec.get("time") or {}
     tres = rec.get("tres") or {}
-    gpus = _tres_gpus(tres.get("allocated")) or _tres_gpus(tres.get("requested"))
+    gpus = tres_gpus(tres.get("allocated")) or tres_gpus(tres.get("requested"))
     cpus = _tres_count(tres.get("allocated"), "cpu") or _tres_count(tres.get("requested"), "cpu")
     comment = rec.get("comment") or {}
     admin = comment.get("administrator") if isinstance(comment, dict) else ""

@@ -358,6 +358,27 @@ def parse_partitions(text: str, nodes: dict) -> dict:
     return out
 
 
+def tres_gpus(items) -> int:
+    """GPUs in a TRES list (sacct's `requested` or `allocated`): the untyped `gres/gpu` entry, else
+    the sum of the typed ones (a site whose AccountingStorageTRES tracks only `gres/gpu:TYPE`); a
+    job of shards alone counts one GPU."""
+    total, typed, shard = None, 0, False
+    for item in items or []:
+        if not isinstance(item, dict) or item.get("type") != "gres":
+            continue
+        name = str(item.get("name") or "")
+        count = json_int(item.get("count"), 0) or 0
+        if name == "gpu":
+            total = max(total or 0, count)
+        elif name.startswith("gpu:"):
+            typed += count
+        elif (name == "shard" or name.startswith("shard:")) and count:
+            shard = True
+    gpus = total if total is not None else typed
+    # a job of shards (lucidd's GPU packing, docs/deploy.md) holds part of one GPU: counted as one
+    return gpus or (1 if shard else 0)
+
+
 def sacct_rows(data: dict) -> list[dict]:
     """`sacct --json` jobs -> plain rows (one per job allocation; steps ignored)."""
     rows = []
@@ -366,17 +387,9 @@ def sacct_rows(data: dict) -> list[dict]:
             t = rec.get("time") or {}
             state = rec.get("state") or {}
             tres = rec.get("tres") or {}
-            gpus = 0
             # requested first: live jobs are seen with what they asked for (an --exclusive job asking
             # for 1 GPU is allocated all of a node's), and the models compare the two
-            for key in ("requested", "allocated"):
-                for item in tres.get(key) or []:
-                    if item.get("type") == "gres" and item.get("name") == "gpu":
-                        gpus = max(gpus, int(item.get("count") or 0))
-                    elif item.get("type") == "gres" and item.get("name") == "shard" and int(item.get("count") or 0):
-                        gpus = max(gpus, 1)  # a job of shards (GPU packing): one GPU
-                if gpus:
-                    break
+            gpus = tres_gpus(tres.get("requested")) or tres_gpus(tres.get("allocated"))
             comment = rec.get("comment") or {}
             rows.append({
                 "job_id": int(rec["job_id"]), "name": rec.get("name") or "", "user": rec.get("user") or "",

@@ -13,12 +13,11 @@ import pytest
 
 from binder.live import OWN, SHARED, LivePackingConfig, partitions_wanting_gpus, shard_decision, share_score
 from lucidd.backends.base import BackendError, LiveJob, NodeGPUs
-from lucidd.backends.slurm import gres_used_gpus, parse_job, sacct_rows
+from lucidd.backends.slurm import gres_used_gpus, parse_job, sacct_rows, tres_gpus
 from lucidd.errors import ConfigError
 from lucidd.live.config import config_from_dict
 from lucidd.live.reconcile import Reconciler, open_inbox
 from lucidd.live.store import Store
-from lucidd.sacct_import import _tres_gpus
 from orchestrator.live import LucidDecider
 
 from .memslurm import Clock, MemSlurm
@@ -61,11 +60,16 @@ def test_a_nodes_used_gpus_count_the_gpus_shard_jobs_hold():
 
 def test_accounting_counts_a_job_of_shards_as_one_gpu():
     shard = [{"type": "gres", "name": "shard", "count": 2}, {"type": "cpu", "count": 1}]
-    assert _tres_gpus(shard) == 1
-    assert _tres_gpus([{"type": "gres", "name": "gpu", "count": 4}]) == 4
+    assert tres_gpus(shard) == 1
+    assert tres_gpus([{"type": "gres", "name": "gpu", "count": 4}]) == 4
     rows = sacct_rows({"jobs": [{"job_id": 7, "tres": {"requested": shard, "allocated": shard}, "time": {},
                                  "state": {"current": "COMPLETED"}}]})
     assert rows[0]["gpus"] == 1
+    # a site whose AccountingStorageTRES tracks only typed GPUs: the live history counted 0 GPUs
+    typed = [{"type": "gres", "name": "gpu:a100", "count": 2}, {"type": "gres", "name": "gpu:v100", "count": 1}]
+    rows = sacct_rows({"jobs": [{"job_id": 8, "tres": {"requested": typed, "allocated": typed}, "time": {},
+                                 "state": {"current": "COMPLETED"}}]})
+    assert tres_gpus(typed) == 3 and rows[0]["gpus"] == 3
 
 
 # ----- the pure decision --------------------------------------------------------------------------
