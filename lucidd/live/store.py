@@ -698,8 +698,11 @@ class Store:
                                                     .group_by(GpuProfileRow.node))}
 
     def prune_gpu_profiles(self, before: int) -> None:
+        """Rows of runs, and heartbeats of nodes, not seen since `before` (a node taken out of the
+        cluster; one whose sampler has been stopped that long has its GPU memory unknown again)."""
         with self.session() as s:
             s.execute(delete(GpuProfileRow).where(GpuProfileRow.last_t < int(before)))
+            s.execute(delete(GpuNodeRow).where(GpuNodeRow.seen_at < int(before)))
 
     def add_model_version(self, kind, version, at, decision, detail):
         with self.session() as s:

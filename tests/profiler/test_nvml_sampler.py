@@ -193,10 +193,12 @@ def test_old_runs_are_pruned_and_forgotten(tmp_path, proc):
     nvml.gpus[:] = []  # every job ended
     clock.t += 2 * 86400
     svc.step()
+    store.save_gpu_node("gone1", int(clock.t) - 86400 - 10, 8, 24576.0)  # a node taken out a day ago
     svc.last_prune = 0
     clock.t += 3600
     svc.step()
     assert store.gpu_profiles(101) == [] and svc.sampler.profiles == {}
+    assert list(store.gpu_nodes()) == ["gpu01"]
 
 
 def test_explain_shows_the_profiling_runs_gpu_use(tmp_path, proc, capsys):
