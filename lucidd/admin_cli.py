@@ -538,7 +538,8 @@ def cmd_live(args) -> int:
     k = d["packing"]
     if k is not None and k["enabled"]:
         print("  GPU packing: " + (f"may share a GPU while its partition waits for GPUs ({k['how']})" if k["may_share"]
-                                   else f"a GPU of its own: {k['blocker']}"))
+                                   else f"a GPU of its own: {k['blocker']}")
+              + (f" [GPUs of {k['gpu_memory_mib']:,.0f} MiB assumed]" if k.get("gpu_memory_mib") else ""))
     for g in d["gpu_usage"]:
         memory = "?" if g["gmem_mib"] is None else f"{g['gmem_mib']:,.0f} MiB"
         print(f"  GPUs ({'profiling run' if g['profiling_run'] else 'run'} in {g['partition'] or '?'} on {g['node']}, "

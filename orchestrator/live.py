@@ -814,7 +814,8 @@ class LucidDecider(Decider):
         if blocker is None and record.gpus != 1:
             blocker = f"asks for {record.gpus} GPUs: only 1-GPU jobs that job_submit.lua turned into shards share"
         return packing_explanation(True, may_share=blocker is None, score=score,
-                                   **{"class": SCORE_NAMES.get(score)}, how=how, blocker=blocker or "")
+                                   **{"class": SCORE_NAMES.get(score)}, how=how, blocker=blocker or "",
+                                   gpu_memory_mib=cfg.gpu_memory_mib or None)
 
     # -- background --------------------------------------------------------------------------------
     def background(self, store, now: int) -> str | None:

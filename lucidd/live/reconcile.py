@@ -127,7 +127,8 @@ class Decider:
 
 def packing_explanation(enabled: bool = False, **fields) -> dict:
     """Decider.explain_packing's answer, every field present (docs/cli.md, `packing`)."""
-    return {"enabled": enabled, "may_share": False, "score": None, "class": None, "how": "", "blocker": ""} | fields
+    return {"enabled": enabled, "may_share": False, "score": None, "class": None, "how": "", "blocker": "",
+            "gpu_memory_mib": None} | fields
 
 
 NOT_ESTIMATED = ("not estimated yet: a job is estimated when it first waits in its partition (jobs in the "

@@ -543,12 +543,14 @@ def test_with_gpu_memory_0_lucidd_packs_once_every_node_of_the_partition_has_sai
     assert (slurm.jobs[5].partition, slurm.jobs[5].shards) == ("main", 2)
     k = explain_data(cfg, store, 5)["packing"]
     assert not k["may_share"] and "no NVML sampler has reported the GPUs of gpu2 (1 of 2" in k["blocker"]
+    assert k["gpu_memory_mib"] is None
     store.save_gpu_node("gpu2", clock.t, 8, 24576.0, "FakeGPU", "535.183.01")
     _cycles(rec, clock, 10)
     assert slurm.jobs[5].shards == 1
     (act,) = [a for a in store.actions_for(5) if a.kind == "shards"]
     assert "may share a GPU" in act.reason
-    assert explain_data(cfg, store, 5)["packing"]["may_share"]
+    k = explain_data(cfg, store, 5)["packing"]
+    assert k["may_share"] and k["gpu_memory_mib"] == 24576.0
     # a node with small GPUs joins the partition: its 4 GiB GPUs cannot hold two 3,000 MiB jobs
     slurm.nodes["gpu3"] = NodeGPUs("gpu3", 8, 0, "IDLE", ("inbox", "profiling", "main"))
     store.save_gpu_node("gpu3", clock.t, 8, 4096.0, "SmallGPU", "535.183.01")
