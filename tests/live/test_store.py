@@ -438,3 +438,45 @@ def test_a_lock_whose_session_ended_is_seen_as_lost_and_taken_again(store):
         store.release_instance_lock()
         assert store.hold_instance_lock() and store.instance_lock_alive()
     store.release_instance_lock()
+
+
+def test_lucidctl_reads_everything_it_shows_through_a_read_only_role(request, tmp_path):
+    """docs/deploy.md, "Letting users run lucidctl": a PostgreSQL role with SELECT only is enough
+    for `lucidctl status`, `queue` and `explain job ID` (none of them writes)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from sqlalchemy import text
+
+    store, handle = _pg_store(request)
+    admin, schema = handle
+    role = f"lucidd_reader_{uuid.uuid4().hex[:8]}"
+    try:
+        store.create()
+        store.save_jobs([job(5, user="alice", name="train")], new_ids={5})
+        store.set_meta("lucidd_version", "test")
+        store.create_gpu_profiles()
+        store.save_gpu_node("gpu1", 100, 8, 24576.0, "FakeGPU", "535.183.01")
+        with admin.begin() as c:
+            c.execute(text(f"CREATE ROLE {role} LOGIN PASSWORD 'reader'"))
+            c.execute(text(f'GRANT USAGE ON SCHEMA "{schema}" TO {role}'))
+            c.execute(text(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO {role}'))
+        url = store.url.replace("postgresql+psycopg://postgres@", f"postgresql+psycopg://{role}:reader@")
+        assert url != store.url, store.url
+        cfg = tmp_path / "lucidctl.toml"
+        cfg.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n\n[database]\nurl = "{url}"\n\n'
+                       '[packing]\nenabled = true\n')
+        lucidctl = Path(sys.executable).parent / "lucidctl"
+        for command in (["status"], ["queue"], ["explain", "job", "5"]):
+            r = subprocess.run([str(lucidctl), "--json", *command, "--config", str(cfg)], capture_output=True,
+                               text=True, timeout=120)
+            assert r.returncode == 0 and r.stdout.startswith("{"), (command, r.stdout, r.stderr)
+        with pytest.raises(StoreError):  # and it can write nothing
+            Store(url).set_meta("x", "y")
+    finally:
+        with admin.begin() as c:
+            c.execute(text(f'REVOKE ALL ON ALL TABLES IN SCHEMA "{schema}" FROM {role}'))
+            c.execute(text(f'REVOKE USAGE ON SCHEMA "{schema}" FROM {role}'))
+            c.execute(text(f"DROP ROLE IF EXISTS {role}"))
+        _pg_cleanup(store, handle)
