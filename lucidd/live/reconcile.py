@@ -201,6 +201,11 @@ REQUEUE_COMPLETING_WAIT_S = 10  # open_inbox waits this long for requeues still 
 SHARDS_RETRY_S = 600  # a shard change Slurm refused is asked again after this long, not every cycle
 # sacct reads of the finished-job history (Reconciler.read_history)
 HISTORY_CURSOR_KEY = "history_read_to"  # meta: where the sacct reads have got to (Unix seconds)
+HISTORY_OVERLAP_S = 3600  # each read starts this much before the last one ended: slurmdbd may record late
+HISTORY_FIRST_SPAN_S = 86400  # a backlog's first window
+HISTORY_MIN_SPAN_S = 3600
+HISTORY_ROWS_WANTED = 4000  # ~25 MB of sacct JSON a window
+# GPU packing with [packing] gpu_memory_mib = 0
 PARTITION_GPU_NODES_KEY = "partition_gpu_nodes"  # meta: {partition: [its GPU nodes]}, as lucidd last saw them
 
 
@@ -209,10 +214,6 @@ def partition_gpu_memory(nodes: dict, said: dict) -> dict:
     nodes]) and what the samplers said (`Store.gpu_nodes()`: node -> GpuNodeRow)."""
     return {part: {n: (said[n].gpu_memory_mib if n in said else None) for n in names}
             for part, names in nodes.items()}
-HISTORY_OVERLAP_S = 3600  # each read starts this much before the last one ended: slurmdbd may record late
-HISTORY_FIRST_SPAN_S = 86400  # a backlog's first window
-HISTORY_MIN_SPAN_S = 3600
-HISTORY_ROWS_WANTED = 4000  # ~25 MB of sacct JSON a window
 
 
 def released_to(requested: str | None, slurm) -> str:

@@ -647,8 +647,8 @@ class Store:
                                gpu_name=gpu_name or "", driver=driver or ""))
 
     def gpu_nodes(self) -> dict:
-        """node -> GpuNodeRow, as the samplers last said; empty on a database no sampler of schema 6
-        or later has written to (the table is missing until one does, or lucidd upgrades it)."""
+        """node -> GpuNodeRow, as the samplers last said; empty on a database no sampler of 28 November
+        2026 or later has written to (the table is missing until one does, or lucidd upgrades it)."""
         from sqlalchemy import inspect
 
         with self._guard("read gpu_nodes"):
@@ -731,7 +731,8 @@ class ReadOnlyStore:
 
     WRITES = frozenset({"create", "set_meta", "save_jobs", "record_action", "record_actions", "add_cycle",
                         "add_history", "prune_history", "create_gpu_profiles", "save_gpu_profiles",
-                        "save_gpu_node", "prune_gpu_profiles", "add_model_version", "forget_shadow_decisions", "settle_unapplied"})
+                        "save_gpu_node", "prune_gpu_profiles", "add_model_version", "forget_shadow_decisions",
+                        "settle_unapplied"})
 
     def __init__(self, store: Store):
         self._store = store
