@@ -73,6 +73,12 @@ def test_a_profiling_runs_gpu_use_reaches_explain(clean_cluster, tmp_path, job_s
                           capture_output=True, text=True, timeout=60).stdout
     assert "GPUs (profiling run in profiling on gpu1" in text and "kernels running 60 % of the time" in text, text
     assert node  # the job really ran on a node of the cluster
+    # the node's heartbeat, as lucidctl status reads it from the shared PostgreSQL
+    out = subprocess.run([str(VENV_BIN / "lucidctl"), "--json", "status", "--config", str(cfg_path)],
+                         capture_output=True, text=True, timeout=60)
+    gs = json.loads(out.stdout)["gpu_samplers"]
+    assert gs["heartbeat_nodes"] == 1 and gs["silent_nodes"] == [], gs
+    assert gs["gpu_memory_mib"] == {"smallest": 24576.0, "largest": 24576.0}, gs
     sh("scancel", str(job))
     wait_until(lambda: not [j for j in active_jobs() if j["job_id"] == job], 60, "the job to end")
     daemon.stop()
