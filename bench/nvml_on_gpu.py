@@ -182,7 +182,7 @@ def main(argv=None) -> int:
 
     import pynvml
 
-    from binder.live import LivePackingConfig, packing_test
+    from binder.live import LivePackingConfig, packing_test, with_gpu_memory
     from lucidd.live.store import Store
     from profiler.nvml_sampler import Sampler, in_host_pid_namespace, process_record_problem, read_gpus
 
@@ -257,9 +257,15 @@ def main(argv=None) -> int:
         print("  |", line)
 
     store = Store(f"sqlite:///{db}")
-    pcfg = LivePackingConfig(gpu_memory_mib=total_mib)  # the shipped defaults, the GPU's memory
-    print("\nWhat lucidd reads (profiling runs) and binder/live.py's packing test (gpu_memory_mib "
-          f"{total_mib:.0f}, headroom {pcfg.memory_headroom_mib:.0f}, GSS {pcfg.gss}, rule: Tiny < "
+    # the shipped defaults, gpu_memory_mib 0 included: the GPU's memory from the sampler's heartbeat
+    beat = store.gpu_nodes().get("gpu01")
+    print("\nThe sampler's heartbeat (table gpu_nodes): " + (
+        "none" if beat is None else f"{beat.gpus} GPU(s) {beat.gpu_name}, the smallest "
+        f"{beat.gpu_memory_mib or 0:,.0f} MiB (nvidia-smi: {total_mib:,.0f}), driver {beat.driver}"))
+    pcfg = with_gpu_memory(LivePackingConfig(), "profiling",
+                           {"profiling": {"gpu01": beat.gpu_memory_mib if beat is not None else None}})
+    print("What lucidd reads (profiling runs) and binder/live.py's packing test (gpu_memory_mib "
+          f"{pcfg.gpu_memory_mib:.0f}, headroom {pcfg.memory_headroom_mib:.0f}, GSS {pcfg.gss}, rule: Tiny < "
           f"{pcfg.tiny_below_util:g} %, Jumbo >= {pcfg.jumbo_from_util:g} %):")
     rows = store.profiling_gpu_profiles(list(alone_ids.values()), "profiling")
     util = {}

@@ -95,6 +95,7 @@ def test_the_gpu_check_runs_end_to_end_on_stand_ins(tmp_path):
     out = r.stdout
     # the profiling runs were found by the real sampler service, read back as lucidd reads them, judged
     assert "job 101 (tiny): samples" in out and "job 102 (medium): samples" in out, out
+    assert "heartbeat (table gpu_nodes): 1 GPU(s) FakeGPU, the smallest 24,576 MiB" in out, out
     assert "SM utilisation 12 %" in out and "Tiny (Tiny below 15 %" in out and "may share" in out, out
     # the pair's rows hold memory only, and the pair's speeds are reported
     assert "job 201 (main)" in out and "tiny + medium:" in out, out
