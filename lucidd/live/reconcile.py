@@ -76,7 +76,7 @@ class DecisionInput:
     # shards (GPU packing: LiveJob.packable) only
     gpu_profiles: dict = field(default_factory=dict)
     # partition -> {GPU node: its smallest GPU's memory in MiB as its NVML sampler said, or None},
-    # read when some waiting job is one of shards (GPU packing with [packing] gpu_memory_mib = 0)
+    # read when some waiting job is one of shards and [packing] is enabled with gpu_memory_mib = 0
     gpu_memory: dict = field(default_factory=dict)
 
 
@@ -446,7 +446,10 @@ class Reconciler:
         signalled = self.store.signals_sent(asked) if asked else {}
         packable = [j.job_id for j in waiting + releasing if j.packable]
         profiles = self.store.profiling_gpu_profiles(packable, self.profiling) if packable else {}
-        gpu_memory = self._partition_gpu_memory(snap) if packable else {}
+        # only where it is used: GPU packing that takes each partition's memory from the samplers
+        k = getattr(self.cfg, "packing", None)
+        by_samplers = k is not None and k.enabled and not k.gpu_memory_mib
+        gpu_memory = self._partition_gpu_memory(snap) if packable and by_samplers else {}
         inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus, queued, free,
                             lend_gpus, lend_node, busy, away_s=0.0 if self.dry_run else away_s, signalled=signalled,
                             gpu_profiles=profiles, gpu_memory=gpu_memory)
