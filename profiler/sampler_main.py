@@ -46,6 +46,12 @@ class SamplerService:
         self.sampler.start()
         self.notifier.ready(f"sampling {self.sampler.node}")
 
+    def _create_tables(self):
+        """The samplers' tables, made (or checked) once the database first answers; StoreError else."""
+        if not self.created:
+            self.store.create_gpu_profiles()
+            self.created = True
+
     def flush(self, now: float) -> bool:
         from lucidd.live.store import StoreError
 
@@ -56,9 +62,7 @@ class SamplerService:
         if not changed:
             return True
         try:
-            if not self.created:
-                self.store.create_gpu_profiles()
-                self.created = True
+            self._create_tables()
             self.store.save_gpu_profiles(list(changed.values()))
         except StoreError as exc:
             self.unsaved = list(changed.values())
@@ -75,9 +79,7 @@ class SamplerService:
 
         g = self.sampler.gpus
         try:
-            if not self.created:
-                self.store.create_gpu_profiles()
-                self.created = True
+            self._create_tables()
             self.store.save_gpu_node(self.sampler.node, int(now), g.count or 0, g.gpu_memory_mib, g.name, g.driver)
         except StoreError as exc:
             log.warning("cannot write this node's heartbeat: %s", exc)
