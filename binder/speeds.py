@@ -30,10 +30,18 @@ def _key(profile: dict | None):
         return None
 
 
+UNKNOWN_PAIR_SPEED = 0.75  # a pair whose utilisations are not known: assume a clear slowdown
+
+
+def _known(*utils) -> bool:
+    """Every utilisation given and a number (not None, not NaN)."""
+    return all(u is not None and u == u for u in utils)
+
+
 def estimated_pair_speed(util_a: float | None, util_b: float | None, contention: float = 0.03) -> tuple[float, float]:
     """Estimate for an unmeasured pair (utilisations in %)."""
-    if util_a is None or util_b is None or util_a != util_a or util_b != util_b:
-        return 0.75, 0.75  # nothing known: assume clear slowdown
+    if not _known(util_a, util_b):
+        return UNKNOWN_PAIR_SPEED, UNKNOWN_PAIR_SPEED
     total = max(1.0, float(util_a) + float(util_b))
     if total <= 100:
         s = 1.0 - contention
@@ -47,8 +55,8 @@ def estimated_pair_speed(util_a: float | None, util_b: float | None, contention:
 def time_sliced_pair_speed(util_a: float | None, util_b: float | None) -> tuple[float, float]:
     """Estimate for an unmeasured pair on a GPU that time-slices between them (no MPS; utilisations
     in %): each job keeps about 1 / (1 + its partner's utilisation)."""
-    if util_a is None or util_b is None or util_a != util_a or util_b != util_b:
-        return 0.75, 0.75  # nothing known: assume clear slowdown
+    if not _known(util_a, util_b):
+        return UNKNOWN_PAIR_SPEED, UNKNOWN_PAIR_SPEED
     return (max(0.3, 1.0 / (1.0 + max(0.0, float(util_b)) / 100.0)),
             max(0.3, 1.0 / (1.0 + max(0.0, float(util_a)) / 100.0)))
 
