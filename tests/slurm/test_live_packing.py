@@ -113,9 +113,12 @@ def test_two_profiled_jobs_that_may_share_run_on_one_gpu(packing_lua, tmp_path, 
     assert "GPU packing: a GPU of its own" in text and "Medium" in text and "GSS 1" in text, text
     # lucidd gone: fail-open opens the inbox and gives a waiting 1-shard job a GPU of its own again
     daemon.stop()
-    late = sbatch(script, 60, "--gres=gpu:1", name="late")
+    # held until it is where the test wants it: the inbox is up now, and Slurm once started the job
+    # on gpu1's free GPUs between its submission and the update (CI, 28 November 2026)
+    late = sbatch(script, 60, "-H", "--gres=gpu:1", name="late")
     sh("scontrol", "update", f"jobid={late}", "gres=shard:1")  # as lucidd would have lowered it
     sh("scontrol", "update", f"jobid={late}", "partition=main", "nodelist=gpu2")  # waits behind a blocker
+    sh("scontrol", "release", str(late))
     wait_until(lambda: (_job(late) or {}).get("state_reason") in ("Resources", "Priority", "ReqNodeNotAvail"), 30,
                "the late job to wait")
     sh("scontrol", "update", "partitionname=inbox", "state=DOWN")
