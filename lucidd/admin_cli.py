@@ -27,10 +27,9 @@ def _open(args):
     path = getattr(args, "config", None) or os.environ.get("LUCIDD_CONFIG") or DEFAULT_CONFIG
     cfg = load_config(path)
     db_file = sqlite_file(cfg.database.url)
-    if db_file is not None and not os.path.exists(db_file):
-        # read-only commands: do not create the database (and its folder) by looking for it
-        raise LucidError(f"{path}: no lucidd database at {db_file} (has lucidd run with this config?)")
-    store = Store(cfg.database.url)
+    if db_file is not None:
+        _check_sqlite_readable(path, db_file)
+    store = Store(cfg.database.url, read_only=True)
     try:
         has_state = store.has_state()
     except StoreError as exc:
@@ -63,6 +62,21 @@ def _open(args):
         print(f"lucidctl: warning: database schema {found} was written by a newer lucidd than this lucidctl "
               f"(schema {SCHEMA_VERSION}): what it added is not shown", file=sys.stderr)
     return cfg, store
+
+
+def _check_sqlite_readable(path, db_file):
+    """A user who may not read lucidd's SQLite files gets that said, not "no database" or a driver
+    error (the state folder is the daemon's, mode 0750)."""
+    folder = os.path.dirname(os.path.abspath(db_file))
+    how = ("; to let users read it, docs/deploy.md \"Letting users run lucidctl\"" if os.geteuid() != 0 else "")
+    if not os.access(folder, os.X_OK):
+        raise LucidError(f"{path}: this account may not look in {folder}, where lucidd's database is{how}")
+    if not os.path.exists(db_file):
+        # read-only commands: do not create the database (and its folder) by looking for it
+        raise LucidError(f"{path}: no lucidd database at {db_file} (has lucidd run with this config?)")
+    for f in (db_file, db_file + "-wal", db_file + "-shm"):
+        if os.path.exists(f) and not os.access(f, os.R_OK):
+            raise LucidError(f"{path}: this account may not read {f}{how}")
 
 
 def _age(t, now):

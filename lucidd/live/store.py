@@ -211,13 +211,39 @@ def _sqlite_dir(url: str):
                 raise StoreError(f"database folder {d} cannot be made: {exc.strerror or exc}") from None
 
 
+def _sqlite_read_only_connect(path: str):
+    """A function that opens the SQLite database at `path` for reading only, for lucidctl.
+
+    While lucidd runs it keeps a connection open, so the write-ahead log (`-wal`, `-shm`) is there,
+    and `mode=ro` reads through it; SQLite reads a WAL database whose `-shm` it may not write (a
+    user in the database's group, docs/deploy.md "Letting users run lucidctl") without the shared
+    memory. With no `-wal`, no connection is open (lucidd stopped; its last close checkpointed and
+    removed the log): `mode=ro` would then have to create the log files, which fails in a folder
+    the user cannot write ("attempt to write a readonly database") and leaves them behind where
+    it can (root), so the file is read as `immutable`, which creates nothing. If lucidd starts
+    during that read, the answer may be stale or fail; a second lucidctl sees the log."""
+    import sqlite3
+    from urllib.parse import quote
+
+    def connect():
+        mode = "mode=ro" if os.path.exists(path + "-wal") else "immutable=1"
+        return sqlite3.connect(f"file:{quote(os.path.abspath(path))}?{mode}", uri=True, timeout=30,
+                               check_same_thread=False)
+
+    return connect
+
+
 class Store:
-    def __init__(self, url: str, connect_timeout_s: float = 5.0, create_dir: bool = True):
-        """`create_dir`: make a SQLite file's folder (False for a check, which writes nothing)."""
+    def __init__(self, url: str, connect_timeout_s: float = 5.0, create_dir: bool = True, read_only: bool = False):
+        """`create_dir`: make a SQLite file's folder (False for a check, which writes nothing).
+        `read_only`: lucidctl's view, which can change nothing (SQLite: the file opened read-only, see
+        _sqlite_read_only_connect; PostgreSQL: every transaction read-only)."""
         self.url = url
         kw = {"pool_pre_ping": True, "future": True}
         if url.startswith("sqlite"):
-            if create_dir:
+            if read_only and sqlite_file(url) is not None:
+                kw["creator"] = _sqlite_read_only_connect(sqlite_file(url))
+            elif create_dir:
                 _sqlite_dir(url)
             kw["connect_args"] = {"timeout": 30}
         elif url.startswith("postgresql"):
@@ -235,13 +261,16 @@ class Store:
             @event.listens_for(self.engine, "connect")
             def _wal(dbapi_conn, _rec):  # readers (lucidctl) never block the daemon's writes
                 cur = dbapi_conn.cursor()
-                cur.execute("PRAGMA journal_mode=WAL")
+                if not read_only:  # the database is WAL already: a reader has nothing to set
+                    cur.execute("PRAGMA journal_mode=WAL")
                 cur.execute("PRAGMA busy_timeout=30000")
                 cur.close()
         if url.startswith("postgresql"):
             # a cycle's statements take milliseconds; a timeout the URL sets itself is the admin's
             sets = [f"SET {name} = {ms}" for name, ms in (("statement_timeout", 30000), ("lock_timeout", 10000))
                     if name not in url]
+            if read_only:
+                sets.append("SET default_transaction_read_only = on")
 
             @event.listens_for(self.engine, "connect")
             def _timeouts(dbapi_conn, _rec):

@@ -219,13 +219,42 @@ def test_directory_instead_of_file(tmp_path):
         load_config(str(tmp_path))
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
 def test_unreadable_file(tmp_path):
     p = tmp_path / "secret.toml"
     p.write_text("")
     p.chmod(0)
-    with pytest.raises(ConfigError, match="permission denied"):
-        load_config(str(p))
+    if os.geteuid() != 0:
+        with pytest.raises(ConfigError, match="permission denied"):
+            load_config(str(p))
+        return
+    # root reads any file, so the test reads it as nobody (CI runs as root); tmp_path is inside root's
+    # 0700 pytest folder, so the file goes in a /tmp folder nobody may enter
+    import tempfile
+
+    from .as_user import as_nobody
+
+    folder = tempfile.mkdtemp(dir="/tmp")
+    try:
+        os.chmod(folder, 0o755)
+        secret = os.path.join(folder, "secret.toml")
+        with open(secret, "w"):
+            pass
+        os.chmod(secret, 0)
+
+        def load():
+            try:
+                load_config(secret)
+            except ConfigError as exc:
+                print(exc)
+                return 0
+            return 1
+
+        rc, out, err = as_nobody(load)
+        assert rc == 0 and "permission denied" in out, (out, err)
+    finally:
+        import shutil
+
+        shutil.rmtree(folder)
 
 
 @pytest.mark.parametrize("text", ["[daemon\n", "interval_s = \n", "[daemon]\ninterval_s = 1\ninterval_s = 2\n",
