@@ -174,6 +174,20 @@ def test_a_database_of_schema_2_has_its_varchar_columns_widened(store):
     assert store.job(2).target_partition == "p" * 1024 and store.job(1).target_partition == "main"
 
 
+def test_a_read_only_store_reads_and_cannot_write(store):
+    """lucidctl's view (Store(read_only=True)): on SQLite the file opened read-only, on PostgreSQL
+    read-only transactions, whatever the login may do."""
+    store.set_meta("lucidd_version", "test")
+    reader = Store(store.url, read_only=True)
+    try:
+        assert reader.get_meta("lucidd_version") == "test" and reader.has_state()
+        with pytest.raises(StoreError, match="read-only|readonly"):
+            reader.set_meta("lucidd_version", "changed")
+    finally:
+        reader.engine.dispose()
+    assert store.get_meta("lucidd_version") == "test"
+
+
 def test_sqlite_creates_its_directory(tmp_path):
     path = tmp_path / "a" / "b" / "lucidd.db"
     Store(f"sqlite:///{path}").create()
