@@ -212,7 +212,9 @@ def _samplers(store, now) -> dict:
             "gpu_memory_mib": {"smallest": min(sizes), "largest": max(sizes)} if sizes else None}
 
 
-def queue_data(cfg, store) -> dict:
+def queue_data(cfg, store, users=None) -> dict:
+    """`users`: a set of user names to keep (None: everyone). Ranks are counted over all jobs, as
+    Slurm orders them, so a user sees where their job really stands."""
     from .live.reconcile import RANK_PREFIX
 
     jobs = store.open_jobs()
@@ -229,12 +231,37 @@ def queue_data(cfg, store) -> dict:
             b["rank"] = by_part[r.target_partition] = by_part.get(r.target_partition, 0) + 1
             b["reason"] = RANK_PREFIX.sub("", b["reason"] or "")
         pending.append(b)
-    return {
+    d = {
         "inbox": [_brief(r) for r in sorted(jobs.values(), key=lambda r: (r.gpus, r.job_id)) if r.phase == "inbox"],
         "profiling": [_brief(r) for r in sorted(jobs.values(), key=lambda r: r.job_id)
                       if r.phase in ("profiling", "requeued")],
         "pending": pending,
+        "users": None if users is None else sorted(users),
     }
+    if users is not None:
+        for key in ("inbox", "profiling", "pending"):
+            d[key] = [b for b in d[key] if b["user"] in users]
+    return d
+
+
+def queue_users(args) -> set | None:
+    """The users `lucidctl queue --user LIST / --me` asks for (None: all)."""
+    users = {u.strip() for u in (getattr(args, "user", None) or "").split(",") if u.strip()}
+    if getattr(args, "me", False):
+        import pwd
+
+        try:
+            users.add(pwd.getpwuid(os.getuid()).pw_name)
+        except KeyError:  # a uid with no passwd entry (a container): its login name, if any
+            import getpass
+
+            try:
+                users.add(getpass.getuser())
+            except (KeyError, OSError):
+                raise LucidError(f"--me: uid {os.getuid()} has no user name here; use --user NAME") from None
+    if getattr(args, "user", None) is not None and not users and not getattr(args, "me", False):
+        raise LucidError("--user: no user name given")
+    return users or None
 
 
 def queue_text(d: dict) -> list:
@@ -245,7 +272,7 @@ def queue_text(d: dict) -> list:
               ("pending in lucidd's order", d["pending"])]
     if held:  # not waiting for lucidd: Slurm refuses the partition lucidd would send them to
         groups.insert(1, ("held in the inbox: Slurm refuses their partition (an admin or the owner must act)", held))
-    lines = []
+    lines = [] if not d.get("users") else [f"jobs of {', '.join(d['users'])} (ranks among all jobs)"]
     for title, rows in groups:
         lines.append(f"{title}: {len(rows)}")
         for r in rows:
@@ -527,7 +554,7 @@ def cmd_live(args) -> int:
     listing = {"models": (models_data, models_text), "queue": (queue_data, queue_text)}.get(args.command)
     if listing is not None:
         data, text = listing
-        d = data(cfg, store)
+        d = queue_data(cfg, store, queue_users(args)) if args.command == "queue" else data(cfg, store)
         print(json.dumps(d, indent=2, default=str) if args.json else "\n".join(text(d)))
         return 0
     d = explain_data(cfg, store, args.id)

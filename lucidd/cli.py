@@ -101,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--config", help=live_help)
     q = sub.add_parser("queue", help="the live daemon: profiling queue and pending jobs in lucidd's order")
     q.add_argument("--config", help=live_help)
+    q.add_argument("-u", "--user", metavar="LIST",
+                   help="only these users' jobs (comma-separated); ranks stay those among all jobs")
+    q.add_argument("--me", action="store_true", help="only the jobs of the user running lucidctl")
     mo = sub.add_parser("models", help="the live daemon: its duration model, what it looks at, and its refits")
     mo.add_argument("--config", help=live_help)
     e = sub.add_parser("explain", help="explain a decision: `explain job ID` (live daemon, or --sim-out DIR)")

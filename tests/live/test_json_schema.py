@@ -8,6 +8,8 @@ other fails here rather than in an admin's script.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -60,7 +62,7 @@ def _keys(obj) -> set:
 VALUES = {
     "status": {"inbox", "profiling", "requeued", "released"},
     "queue": {"pending", "admitted", "requeued", "released", "finished", "skipped", "abandoned", "default",
-              "explain", "queue", "status", "jobs_needing_attention"},
+              "explain", "queue", "status", "jobs_needing_attention", "users"},
     "models": {"first", "scheduled", "retry", "drift", "manual", "swapped", "rejected", "skipped", "failed",
                "null", "explain", "decider"},
     "explain": {"profile", "release", "requeue", "sitefactor", "signal", "shards", "applied", "failed", "planned", "done",
@@ -106,8 +108,9 @@ def test_queue_prints_what_docs_cli_md_documents(cluster):  # noqa: F811
     cfg, clock, store = _a_job_through_profiling(cluster)
     d = queue_data(cfg, store)
     section = _section("`--json queue` prints")
-    assert '`{"inbox": [...], "profiling": [...], "pending": [...]}`' in section
-    assert set(d) == {"inbox", "profiling", "pending"} and d["inbox"] and d["pending"]
+    assert '`{"inbox": [...], "profiling": [...], "pending": [...], "users": ...}`' in section
+    assert set(d) == {"inbox", "profiling", "pending", "users"} and d["inbox"] and d["pending"]
+    assert d["users"] is None
     _check("queue", _keys(d["inbox"] + d["profiling"] + d["pending"]), section)
 
 
@@ -129,3 +132,36 @@ def test_models_prints_what_docs_cli_md_documents(tmp_path):
     d["current"]["holdout"] = {"n": 10, "mae_s": 1.0, "median_abs_log_error": 0.5, "mae_log1p": 0.6,
                                "spearman": 0.7}  # as a refit with held-out jobs records it
     _check("models", _keys(d), _section("`--json models` prints"))
+
+
+def test_queue_of_some_users_keeps_their_ranks_among_all_jobs(cluster, capsys):  # noqa: F811
+    """`lucidctl queue -u LIST` / `--me`: a user sees their own jobs where they stand in the whole
+    partition's order, as `squeue -u` shows a job's place without the others."""
+    import pwd
+
+    from lucidd.cli import main as lucidctl
+
+    cfg, clock, slurm, store, lucidd = cluster()
+    rec = lucidd()
+    me = pwd.getpwuid(os.getuid()).pw_name
+    for job_id, user, gpus in ((51, "alice", 1), (52, "bob", 2), (53, "alice", 4), (54, me, 8)):
+        slurm.submit(job_id, partition="main", gpus=gpus, user=user, comment="lucid:noprofile")
+    run_cycles(rec, clock, 30)
+    everyone = {r["job_id"]: r["rank"] for r in queue_data(cfg, store)["pending"]}
+    assert sorted(everyone) == [51, 52, 53, 54] and None not in everyone.values(), everyone
+    d = queue_data(cfg, store, {"alice"})
+    assert d["users"] == ["alice"] and [r["job_id"] for r in d["pending"]] == [51, 53]
+    assert {r["job_id"]: r["rank"] for r in d["pending"]} == {51: everyone[51], 53: everyone[53]}
+    config = Path(cfg.daemon.state_dir) / "lucidctl.toml"
+    config.write_text(f'[daemon]\nstate_dir = "{cfg.daemon.state_dir}"\n\n[database]\nurl = "{cfg.database.url}"\n')
+    for argv, users, ids in ((["-u", "bob,alice"], ["alice", "bob"], [51, 52, 53]), (["--me"], [me], [54]),
+                             (["--user", "carol"], ["carol"], [])):
+        assert lucidctl(["--json", "queue", "--config", str(config), *argv]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["users"] == users and [r["job_id"] for r in out["pending"]] == ids, (argv, out)
+    assert lucidctl(["queue", "--config", str(config), "--me"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0] == f"jobs of {me} (ranks among all jobs)" and any(f"#{everyone[54]} " in t and "54" in t
+                                                                       for t in text), text
+    assert lucidctl(["queue", "--config", str(config), "-u", " , "]) == 2
+    assert "--user: no user name given" in capsys.readouterr().err
