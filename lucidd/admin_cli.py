@@ -448,6 +448,34 @@ def models_text(d: dict | None) -> list:
     return lines
 
 
+def models_plots(cfg, d: dict | None, folder: str) -> dict:
+    """`lucidctl models --plot DIR`: the current duration model's shape functions (what each term
+    adds to log1p(seconds) over its inputs' values) as JSON and PNGs in `folder`."""
+    from models.base import ModelError
+    from models.update import ModelStore
+
+    if d is None or d["current"] is None:
+        raise LucidError("--plot: no duration model to plot" + ("" if d is None else f" in {d['models_dir']}")
+                         + " (`lucidctl models` says why)")
+    try:
+        loaded = ModelStore(cfg.models.dir).load_current("duration")
+        shapes = loaded.model.shape_functions()
+    except (ModelError, OSError, AttributeError) as exc:
+        raise LucidError(f"--plot: the duration model in {cfg.models.dir} cannot be read: {exc}") from None
+    prefix = f"duration_v{loaded.version}"
+    try:
+        os.makedirs(folder, exist_ok=True)
+        data = os.path.join(folder, f"{prefix}_shapes.json")
+        with open(data, "w") as f:
+            json.dump(shapes, f, indent=1)
+        from models.plots import write_shape_plots
+
+        files = write_shape_plots(shapes, folder, prefix)
+    except OSError as exc:
+        raise LucidError(f"--plot: cannot write to {folder}: {exc.strerror or exc}") from None
+    return {"dir": folder, "version": loaded.version, "data": data, "files": files}
+
+
 def _gpu_run(g, cfg) -> dict:
     return {"partition": g.partition, "node": g.node, "profiling_run": g.partition == cfg.slurm.profiling_partition,
             "first_t": g.first_t, "last_t": g.last_t, "samples": g.samples, "gpus": g.gpus,
@@ -555,7 +583,13 @@ def cmd_live(args) -> int:
     if listing is not None:
         data, text = listing
         d = queue_data(cfg, store, queue_users(args)) if args.command == "queue" else data(cfg, store)
+        plots = models_plots(cfg, d, args.plot) if args.command == "models" and args.plot else None
+        if plots is not None and args.json:
+            d["plots"] = plots
         print(json.dumps(d, indent=2, default=str) if args.json else "\n".join(text(d)))
+        if plots is not None and not args.json:
+            print(f"shape functions of duration model v{plots['version']}: {plots['files'][0]} (overview), "
+                  f"{len(plots['files']) - 1} term plots and {plots['data']} in {plots['dir']}")
         return 0
     d = explain_data(cfg, store, args.id)
     if args.json:

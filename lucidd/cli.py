@@ -106,6 +106,9 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--me", action="store_true", help="only the jobs of the user running lucidctl")
     mo = sub.add_parser("models", help="the live daemon: its duration model, what it looks at, and its refits")
     mo.add_argument("--config", help=live_help)
+    mo.add_argument("--plot", metavar="DIR",
+                    help="also write what the model learnt, term by term, to DIR: a PNG per term, an overview "
+                         "PNG, and the same data as JSON (duration_vN_shapes.json)")
     e = sub.add_parser("explain", help="explain a decision: `explain job ID` (live daemon, or --sim-out DIR)")
     e.add_argument("--config", help=live_help)
     # Checked in main, not with choices=: argparse would call the argument "job" in its error.

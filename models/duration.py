@@ -521,6 +521,52 @@ class DurationModel:
         pairs = sorted(zip(self.ebm_.term_names_, self.ebm_.term_importances()), key=lambda p: (-p[1], p[0]))
         return {str(k): float(v) for k, v in pairs}
 
+    def shape_functions(self) -> dict:
+        """What the model has learnt, term by term, as data (InterpretML's global explanation): for
+        each term, its contribution to log1p(seconds) over the values of its input(s).
+
+        ``{"model", "unit", "intercept", "terms": [...]}``, terms by importance, largest first. A
+        term has ``term``, ``features``, ``importance`` and ``axes`` (one per input: ``feature``,
+        ``type`` "continuous" with ``values`` the n+1 bin edges, or "nominal" with ``values`` the n
+        category labels). A single input's term has ``scores`` (n), ``lower`` and ``upper`` (the
+        spread over the outer bags), ``missing`` (the contribution when the job has no value) and
+        ``density`` (how many training jobs: ``edges`` and ``counts`` for a continuous input,
+        ``counts`` per category for a nominal one); a pair's has ``scores``
+        as a list of rows (first input by second) and no bounds. Plain lists and floats, so it goes
+        to JSON as it is; models/plots.py draws it."""
+        self._check_fitted()
+        g = self.ebm_.explain_global()
+        importance = dict(zip(self.ebm_.term_names_, self.ebm_.term_importances()))
+        terms = []
+        for i, (name, feat_idx) in enumerate(zip(self.ebm_.term_names_, self.ebm_.term_features_)):
+            d = g.data(i)
+            features = [self.features_[j] for j in feat_idx]
+            term = {"term": str(name), "features": features, "importance": float(importance[name])}
+            if len(features) == 1:
+                term["axes"] = [self._shape_axis(features[0], d["names"])]
+                term["scores"] = _floats(d["scores"])
+                term["lower"] = _floats(d.get("lower_bounds"))
+                term["upper"] = _floats(d.get("upper_bounds"))
+                # a job without the value (no earlier job of its user or name): EBM's bin 0, which the
+                # global explanation leaves out; for a history feature it often matters as much as any bin
+                term["missing"] = float(self.ebm_.term_scores_[i][0])
+                dens = d.get("density") or {}
+                term["density"] = ({"counts": _floats(dens.get("scores"))} if features[0] in NOMINAL else
+                                   {"edges": _floats(dens.get("names")), "counts": _floats(dens.get("scores"))})
+            else:
+                term["axes"] = [self._shape_axis(f, d[k]) for f, k in zip(features, ("left_names", "right_names"))]
+                term["scores"] = [_floats(row) for row in np.asarray(d["scores"], dtype=float)]
+            terms.append(term)
+        terms.sort(key=lambda t: (-t["importance"], t["term"]))
+        return {"model": MODEL_NAME, "unit": TARGET, "intercept": float(self.ebm_.intercept_), "terms": terms}
+
+    def _shape_axis(self, feature: str, names) -> dict:
+        if feature in NOMINAL:
+            values = [str(self._display_value(feature, int(v))) if feature == "name_bucket" and str(v).isdigit()
+                      else str(v) for v in names]
+            return {"feature": feature, "type": "nominal", "values": values}
+        return {"feature": feature, "type": "continuous", "values": _floats(names)}
+
     def explain_features(self, feats: pd.DataFrame) -> Explanation:
         """``explain`` for one job whose model inputs were already computed (``compute_features``
         at its submission), e.g. saved next to a simulation; no job history needed."""
@@ -757,3 +803,10 @@ def evaluate(
         res[name] = _metrics(b[sel], true[sel], gpus[sel])
         res[name]["coverage"] = float(np.mean(~np.isnan(b[sel]))) if sel.any() else 0.0
     return res
+
+
+def _floats(values) -> list | None:
+    """A plain list of floats for JSON: None for the list or for a value that is not finite."""
+    if values is None:
+        return None
+    return [float(v) if math.isfinite(float(v)) else None for v in values]

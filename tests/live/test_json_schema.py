@@ -64,7 +64,7 @@ VALUES = {
     "queue": {"pending", "admitted", "requeued", "released", "finished", "skipped", "abandoned", "default",
               "explain", "queue", "status", "jobs_needing_attention", "users"},
     "models": {"first", "scheduled", "retry", "drift", "manual", "swapped", "rejected", "skipped", "failed",
-               "null", "explain", "decider"},
+               "null", "explain", "decider", "continuous", "nominal"},
     "explain": {"profile", "release", "requeue", "sitefactor", "signal", "shards", "applied", "failed", "planned", "done",
                 "jobs_by_phase", "ebm", "fallback", "default", "none", "unavailable", "estimate", "dir",
                 "history_days", "explain", "null"},
@@ -165,3 +165,55 @@ def test_queue_of_some_users_keeps_their_ranks_among_all_jobs(cluster, capsys): 
                                                                        for t in text), text
     assert lucidctl(["queue", "--config", str(config), "-u", " , "]) == 2
     assert "--user: no user name given" in capsys.readouterr().err
+
+
+def test_models_plot_writes_and_prints_what_docs_cli_md_documents(tmp_path, capsys):
+    """`lucidctl models --plot DIR`: the PNGs, the shape data, and `--json`'s `plots`, as documented."""
+    import lucidd.admin_cli as admin
+
+    from .test_live_explain import _daemon_with_a_model
+
+    cfg, store, _ = _daemon_with_a_model(tmp_path)
+
+    class Args:
+        command, json, plot = "models", True, str(tmp_path / "plots")
+
+    orig = admin._open
+    admin._open = lambda args: (cfg, store)
+    try:
+        assert admin.cmd_live(Args()) == 0
+        d = json.loads(capsys.readouterr().out)
+        Args.json = False
+        assert admin.cmd_live(Args()) == 0
+        text = capsys.readouterr().out
+    finally:
+        admin._open = orig
+    plots = d["plots"]
+    version = d["current"]["version"]
+    assert plots["version"] == version and plots["data"].endswith(f"duration_v{version}_shapes.json")
+    assert plots["files"][0].endswith(f"duration_v{version}_terms.png")
+    assert len(plots["files"]) == 1 + len(d["current"]["terms"])
+    for f in plots["files"]:
+        with open(f, "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n", f
+    with open(plots["data"]) as fh:
+        shapes = json.load(fh)  # strict JSON: no NaN
+    assert [t["term"] for t in shapes["terms"]] == [t["term"] for t in d["current"]["terms"]]
+    section = _section("`lucidctl models --plot DIR` also writes")
+    _check("models", _keys(d["plots"]) | {"plots"} | _keys(shapes), section)
+    assert f"shape functions of duration model v{version}: " in text.splitlines()[-1]
+
+
+def test_models_plot_without_a_model_says_so(tmp_path, capsys):
+    from lucidd.cli import main as lucidctl
+
+    from lucidd.live.config import config_from_dict
+    from lucidd.live.store import Store
+
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "models": {"dir": str(tmp_path / "models")}})
+    Store(cfg.database.url).create().set_meta("lucidd_version", "test")
+    config = tmp_path / "lucidd.toml"
+    config.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n\n[models]\ndir = "{tmp_path / "models"}"\n')
+    assert lucidctl(["models", "--config", str(config), "--plot", str(tmp_path / "plots")]) == 2
+    assert "--plot: no duration model to plot" in capsys.readouterr().err
+    assert not (tmp_path / "plots").exists()

@@ -255,6 +255,49 @@ def test_explain_returns_sorted_additive_terms(fitted, jobs):
     assert d["terms"][0]["term"] == exp.terms[0].term
 
 
+def test_shape_functions_are_the_terms_explain_adds_up(fitted, jobs, tmp_path):
+    """The global explanation (shape_functions, `lucidctl models --plot`) and a job's explanation
+    are the same model: the job's contribution from a nominal input is that category's score,
+    and from a continuous one the score of the bin its value falls in (or `missing`)."""
+    import json
+
+    shapes = fitted.shape_functions()
+    json.loads(json.dumps(shapes, allow_nan=False))  # plain, strict JSON
+    terms = {t["term"]: t for t in shapes["terms"]}
+    assert [t["importance"] for t in shapes["terms"]] == sorted((t["importance"] for t in shapes["terms"]), reverse=True)
+    assert set(terms) == set(fitted.term_importances())
+    for t in shapes["terms"]:
+        dims = [len(a["values"]) - (a["type"] == "continuous") for a in t["axes"]]
+        assert np.shape(t["scores"]) == tuple(dims), t["term"]
+    row = jobs.iloc[900]
+    exp = fitted.explain(row, jobs, ORIGIN)
+    assert shapes["intercept"] == pytest.approx(exp.intercept)
+    checked = 0
+    for c in exp.terms:
+        t = terms[c.term]
+        if len(t["axes"]) != 1:
+            continue
+        axis = t["axes"][0]
+        if axis["type"] == "nominal":
+            expected = t["scores"][axis["values"].index(str(c.value))]
+        elif c.value is None:
+            expected = t["missing"]
+        else:
+            edges = axis["values"]
+            i = min(max(int(np.searchsorted(edges, float(c.value), side="left")) - 1, 0), len(t["scores"]) - 1)
+            # a value on an edge may belong to either side, as EBM cuts it
+            if c.contribution != pytest.approx(t["scores"][i], abs=1e-9) and float(c.value) in edges:
+                i = min(i + 1, len(t["scores"]) - 1)
+            expected = t["scores"][i]
+        assert c.contribution == pytest.approx(expected, abs=1e-9), (c.term, c.value)
+        checked += 1
+    assert checked >= 5
+    from models.plots import write_shape_plots
+
+    paths = write_shape_plots(shapes, str(tmp_path / "p"), "duration_v1", top=4)
+    assert len(paths) == 1 + len(shapes["terms"]) and all(open(p, "rb").read(4) == b"\x89PNG" for p in paths)
+
+
 def test_save_load_round_trip(fitted, jobs, tmp_path):
     path = tmp_path / "duration.joblib"
     fitted.save(path)
