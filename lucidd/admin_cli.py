@@ -309,7 +309,8 @@ def explain_data(cfg, store, job_id) -> dict:
         raise LucidError(f"job {job_id} is not a Slurm job id")
     r = store.job(jid)
     if r is None:
-        raise LucidError(f"job {jid} is not in lucidd's database (never seen by lucidd, or from before it ran)")
+        raise LucidError(f"job {jid} is not in lucidd's database (never seen by lucidd, from before it ran, or "
+                         f"ended more than [daemon] keep_days ({cfg.daemon.keep_days}) ago)")
     actions = store.actions_for(jid)
     # a job first seen outside the inbox (lucidd started on a busy cluster, a shadow) was never
     # routed by job_submit.lua: where it was is all lucidd knows, not what its owner asked for

@@ -48,6 +48,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "history_interval_s": Key(float, 300.0, "seconds between sacct reads of finished jobs", min=1, max=86400),
         "record_cycles": Key(int, 100, "reconcile cycles whose full input and decisions are kept for replay",
                              min=0, max=100000),
+        "keep_days": Key(int, 180, "days the records of ended jobs (with their actions) and of reconcile cycles "
+                                   "are kept (jobs: at least [models] history_days)", min=1, max=36500),
     },
     "database": {
         "url": Key(str, "", "SQLAlchemy URL (empty: sqlite:///STATE_DIR/lucidd.db); e.g. "

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 
 from ..backends.base import Backend, BackendError, ClusterSnapshot, LiveJob, never_ran
 from ..errors import ConfigError, LucidError
-from .store import CycleRow, JobRow, Store
+from .store import CycleRow, JobRow, Store, StoreError
 
 log = logging.getLogger("lucidd")
 
@@ -204,6 +204,7 @@ HISTORY_CURSOR_KEY = "history_read_to"  # meta: where the sacct reads have got t
 HISTORY_OVERLAP_S = 3600  # each read starts this much before the last one ended: slurmdbd may record late
 HISTORY_FIRST_SPAN_S = 86400  # a backlog's first window
 HISTORY_MIN_SPAN_S = 3600
+PRUNE_BATCH = 20000  # rows of each kind one prune deletes: a few seconds at most, even on a first prune
 HISTORY_ROWS_WANTED = 4000  # ~25 MB of sacct JSON a window
 # GPU packing with [packing] gpu_memory_mib = 0
 PARTITION_GPU_NODES_KEY = "partition_gpu_nodes"  # meta: {partition: [its GPU nodes]}, as lucidd last saw them
@@ -241,6 +242,7 @@ class Reconciler:
         self.cfg = config
         self.monotonic = monotonic
         self._last_ok_mono = None  # monotonic time of the last successful cycle (DecisionInput.away_s)
+        self._next_prune = 0.0  # when old job records and cycles are forgotten next (prune_ended)
         self.backend = backend
         self.store = store
         self.decider = decider
@@ -323,7 +325,28 @@ class Reconciler:
         if row.ok:
             self.store.set_meta("last_ok_cycle", f"{row.started_at:.3f}")
             self._last_ok_mono = mono
+            self._prune(row.started_at)
         return row
+
+    def _prune(self, now: float, limit: int = PRUNE_BATCH):
+        """Hourly, forget ended jobs and cycles older than [daemon] keep_days: the jobs and actions
+        tables otherwise grow for good (a cluster like Helios' finishes a million jobs in a few
+        months, each with a row and its actions; a cycle every 10 s is three million rows a year).
+        Jobs are kept at least [models] history_days, the window whose sacct records lucidd matches
+        to its own (their original submission). A batch that hits `limit` comes back next cycle."""
+        if now < self._next_prune:
+            return
+        keep = self.cfg.daemon.keep_days * 86400
+        try:
+            jobs, cycles = self.store.prune_ended(int(now - max(keep, self.cfg.models.history_days * 86400)),
+                                                  int(now - keep), limit)
+        except StoreError as exc:  # housekeeping: the next cycle's write says whether the database is back
+            log.warning("forgetting old job records failed (retried in an hour): %s", exc)
+            jobs = cycles = 0
+        self._next_prune = now + (0 if max(jobs, cycles) >= limit else 3600)
+        if jobs or cycles:
+            log.info("forgot %d ended job record(s) and %d cycle(s) older than [daemon] keep_days (%d)",
+                     jobs, cycles, self.cfg.daemon.keep_days)
 
     def _decide_and_apply(self, snap: ClusterSnapshot, away_s: float | None = None):
         now = snap.now

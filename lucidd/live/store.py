@@ -603,6 +603,27 @@ class Store:
         with self.session() as s:
             return list(s.scalars(select(ActionRow).order_by(ActionRow.id.desc()).limit(limit)))
 
+    def prune_ended(self, jobs_before: int, cycles_before: int, limit: int = 20000) -> tuple[int, int]:
+        """Forget what is old: at most `limit` records of jobs lucidd closed (phase done) that ended
+        before `jobs_before`, with their actions (and actions of no job made before then), and at most
+        `limit` reconcile cycles that started before `cycles_before`. Returns (jobs, cycles) deleted:
+        `limit` means there may be more (a first prune on a database kept for years), and the
+        caller comes back sooner. Open jobs and their actions are never touched."""
+        jobs = cycles = 0
+        with self.session() as s:
+            ended = func.coalesce(JobRow.end_time, JobRow.first_seen)
+            ids = list(s.scalars(select(JobRow.job_id).where(JobRow.phase == "done", ended < int(jobs_before))
+                                 .limit(int(limit))))
+            for k in range(0, len(ids), 900):
+                chunk = ids[k:k + 900]
+                s.execute(delete(ActionRow).where(ActionRow.job_id.in_(chunk)))
+                jobs += s.execute(delete(JobRow).where(JobRow.job_id.in_(chunk), JobRow.phase == "done")).rowcount
+            s.execute(delete(ActionRow).where(ActionRow.job_id.is_(None), ActionRow.created_at < int(jobs_before)))
+            # oldest first, by the primary key: the subquery stops at `limit` rows
+            old = select(CycleRow.id).where(CycleRow.started_at < float(cycles_before)).order_by(CycleRow.id)
+            cycles = s.execute(delete(CycleRow).where(CycleRow.id.in_(old.limit(int(limit))))).rowcount
+        return jobs, cycles
+
     # -- cycles -------------------------------------------------------------------------------
     def add_cycle(self, row: CycleRow, keep_recorded: int):
         with self.session() as s:
@@ -761,12 +782,15 @@ class ReadOnlyStore:
     WRITES = frozenset({"create", "set_meta", "save_jobs", "record_action", "record_actions", "add_cycle",
                         "add_history", "prune_history", "create_gpu_profiles", "save_gpu_profiles",
                         "save_gpu_node", "prune_gpu_profiles", "add_model_version", "forget_shadow_decisions",
-                        "settle_unapplied"})
+                        "settle_unapplied", "prune_ended"})
 
     def __init__(self, store: Store):
         self._store = store
 
-    def __getattr__(self, name):
+    def prune_ended(self, *_args, **_kw) -> tuple[int, int]:
+        return 0, 0
+
+    def __getattr__(self, name):  # (only for names the class does not define)
         if name in self.WRITES:
             return _dropped
         return getattr(self._store, name)

@@ -594,3 +594,47 @@ def test_an_owner_move_to_a_partition_lucidd_does_not_order_drops_stale_notes(tm
     assert "a partition lucidd does not order" in row.profile_reason
     assert "may never start" not in row.profile_reason and not row.order_reason.startswith("rank ")
     assert explain_data(cfg, store, 1)["partition"] == "debug"
+
+
+def test_ended_job_records_and_cycles_are_forgotten_after_keep_days_hourly(cluster, caplog):
+    """[daemon] keep_days (180) bounds the jobs, actions and cycles tables; jobs are kept at least
+    [models] history_days (60 by default, below it here). The prune runs once an hour."""
+    caplog.set_level("INFO", logger="lucidd")
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False)
+    rec = lucidd()
+    t0 = clock.t
+    start_profiling_run(rec, clock, slurm, 95)
+    slurm.submit(96, partition="main", gpus=1)  # still waiting at the end: never forgotten
+    run_cycles(rec, clock, 30)
+    slurm.end(95)
+    run_cycles(rec, clock, 20)
+    assert store.job(95).phase == "done" and store.actions_for(95)
+    calls = []
+    real = store.prune_ended
+    store.prune_ended = lambda *a, **k: calls.append(a) or real(*a, **k)
+    clock.t += 179 * 86400
+    run_cycles(rec, clock, 60)
+    assert len(calls) == 1 and store.job(95) is not None  # 179 days: kept
+    clock.t += 2 * 86400
+    run_cycles(rec, clock, 60)
+    assert len(calls) == 2 and store.job(95) is None and store.actions_for(95) == []
+    assert store.job(96) is not None and store.job(96).phase != "done" and store.actions_for(96)
+    assert min(c.started_at for c in store.last_cycles(1000)) > t0 + 179 * 86400  # the first day's cycles went
+    assert "forgot 1 ended job record(s)" in caplog.text
+    run_cycles(rec, clock, 3500)
+    assert len(calls) == 2  # not again within the hour
+    run_cycles(rec, clock, 200)
+    assert len(calls) == 3
+
+
+def test_job_records_are_kept_for_the_models_history_window_at_least(tmp_path):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "keep_days": 30},
+                            "models": {"dir": str(tmp_path / "models"), "history_days": 90}})
+    clock = Clock()
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, MemSlurm(clock), store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
+    calls = []
+    store.prune_ended = lambda jobs_before, cycles_before, limit: calls.append((jobs_before, cycles_before)) or (0, 0)
+    clock.t += 10
+    assert rec.cycle().ok
+    assert calls == [(int(clock.t) - 90 * 86400, int(clock.t) - 30 * 86400)]

@@ -324,6 +324,35 @@ def test_add_cycle_counts_recorded_cycles_not_rows(store):
     assert [c.jobs for c in store.recorded_cycles()] == [2]
 
 
+def test_prune_ended_forgets_old_ended_jobs_their_actions_and_old_cycles_only(store):
+    """[daemon] keep_days: ended jobs (phase done) that ended before the cutoff go, with their
+    actions; open jobs stay however old, and so do their actions; cycles go by start time."""
+    store.save_jobs([job(1, phase="done", end_time=1000), job(2, phase="done", end_time=5000),
+                     job(3, phase="done", end_time=None, first_seen=900),  # closed unseen: by first_seen
+                     job(4, phase="released", first_seen=100)], new_ids={1, 2, 3, 4})
+    for jid in (1, 2, 3, 4):
+        store.record_action(f"profile:{jid}", jid, "profile", {}, "room", 500, "applied")
+    store.record_action("inbox:close:1", None, "inbox", {}, "start", 500, "applied")
+    store.record_action("inbox:close:2", None, "inbox", {}, "start", 4000, "applied")
+    for t in (100.0, 200.0, 3000.0):
+        store.add_cycle(CycleRow(started_at=t, jobs=0), 100)
+    assert store.prune_ended(2000, 2500) == (2, 2)
+    assert sorted(store.jobs()) == [2, 4]
+    assert store.applied_keys(["profile:1", "profile:2", "profile:3", "profile:4", "inbox:close:1",
+                               "inbox:close:2"]) == {"profile:2", "profile:4", "inbox:close:2"}
+    assert [c.started_at for c in store.last_cycles()] == [3000.0]
+    assert store.prune_ended(2000, 2500) == (0, 0)  # nothing left to forget
+
+
+def test_prune_ended_deletes_at_most_limit_rows_oldest_cycles_first(store):
+    store.save_jobs([job(i, phase="done", end_time=100 + i) for i in range(1, 6)], new_ids=set(range(1, 6)))
+    for t in range(5):
+        store.add_cycle(CycleRow(started_at=float(t), jobs=t), 100)
+    assert store.prune_ended(10_000, 10_000, limit=3) == (3, 3)
+    assert len(store.jobs()) == 2 and [c.jobs for c in store.last_cycles()] == [4, 3]
+    assert store.prune_ended(10_000, 10_000, limit=3) == (2, 2)
+
+
 # ----- history ----------------------------------------------------------------------------------
 
 def hist(job_id, end, **kw):
