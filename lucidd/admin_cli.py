@@ -264,6 +264,57 @@ def queue_users(args) -> set | None:
     return users or None
 
 
+def parse_since(text: str, now: float) -> int:
+    """`--since`: a duration back from now (90s, 30m, 2h, 7d), a local date or date and time
+    (2026-11-28, 2026-11-28T09:30[:00]), or Unix seconds."""
+    t = str(text).strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhd])", t)
+    if m:
+        return int(now - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)])
+    if re.fullmatch(r"\d+", t):  # Unix seconds (0: everything kept)
+        return int(t)
+    for fmt in ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S"):
+        try:
+            return int(time.mktime(time.strptime(t, fmt)))
+        except ValueError:
+            continue
+    raise LucidError(f"--since {text!r}: give a duration (90s, 30m, 2h, 7d), a date (2026-11-28 or "
+                     "2026-11-28T09:30, local time) or Unix seconds")
+
+
+def _names(text) -> list | None:
+    names = [x.strip() for x in (text or "").split(",") if x.strip()]
+    return names or None
+
+
+def actions_data(cfg, store, since: int, kinds=None, statuses=None, users=None, limit: int = 200) -> dict:
+    """`lucidctl actions`: lucidd's audit log, what it sent to Slurm (or would have, dry-run)."""
+    if limit < 1:
+        raise LucidError("--limit: give at least 1")
+    rows = store.action_log(since, kinds, statuses, users, limit + 1)
+    return {"since": since, "limit": limit, "truncated": len(rows) > limit, "keep_days": cfg.daemon.keep_days,
+            "actions": [{"job_id": a.job_id, "user": u, "kind": a.kind, "status": a.status,
+                         "created_at": a.created_at, "applied_at": a.applied_at, "reason": a.reason,
+                         "error": a.error, "args": json.loads(a.args or "{}"), "key": a.key}
+                        for a, u in rows[:limit]]}
+
+
+def actions_text(d: dict) -> list:
+    lines = [f"lucidd's actions since {_ts(d['since'])}, newest first: {len(d['actions'])}"
+             + (f" (the newest {d['limit']}; --limit or --since for more)" if d["truncated"] else "")]
+    for a in d["actions"]:
+        when = _ts(a["applied_at"] or a["created_at"])
+        job = "-" if a["job_id"] is None else str(a["job_id"])
+        reason = " ".join(str(a["reason"] or "").split())
+        lines.append(f"  {when} {job:>9} {a['user'] or '':<10} {a['kind']:<10} {a['status']:<8} "
+                     f"{reason[:110] + ('…' if len(reason) > 110 else '')}")
+        if a["error"]:
+            lines.append(f"  {'':>19} {'':>9} ! {' '.join(str(a['error']).split())[:140]}")
+    if not d["actions"]:
+        lines.append(f"  none (records are kept [daemon] keep_days = {d['keep_days']} after a job ends)")
+    return lines
+
+
 def queue_text(d: dict) -> list:
     """`lucidctl queue` as text lines, from `queue_data`'s dict."""
     inbox = [r for r in d["inbox"] if not r["needs_attention"]]
@@ -579,6 +630,11 @@ def cmd_live(args) -> int:
                 print(f"    job {x['job_id']} ({x['user'] or '?'}): {x['reason']}")
             if len(stuck) > 10:
                 print(f"    ... and {len(stuck) - 10} more (--json lists all)")
+        return 0
+    if args.command == "actions":
+        d = actions_data(cfg, store, parse_since(args.since, time.time()), _names(args.kind), _names(args.status),
+                         _names(args.user), args.limit)
+        print(json.dumps(d, indent=2, default=str) if args.json else "\n".join(actions_text(d)))
         return 0
     listing = {"models": (models_data, models_text), "queue": (queue_data, queue_text)}.get(args.command)
     if listing is not None:

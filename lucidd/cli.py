@@ -104,6 +104,17 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("-u", "--user", metavar="LIST",
                    help="only these users' jobs (comma-separated); ranks stay those among all jobs")
     q.add_argument("--me", action="store_true", help="only the jobs of the user running lucidctl")
+    ac = sub.add_parser("actions", help="the live daemon: what it did to jobs in Slurm, newest first (an audit log)")
+    ac.add_argument("--config", help=live_help)
+    ac.add_argument("--since", metavar="WHEN", default="24h",
+                    help="how far back: a duration (90s, 30m, 2h, 7d), a date (2026-11-28 or 2026-11-28T09:30, local "
+                         "time) or Unix seconds (default 24h)")
+    ac.add_argument("--kind", metavar="LIST", help="only these kinds (comma-separated): profile, requeue, release, "
+                                                   "sitefactor, signal, shards, close_inbox")
+    ac.add_argument("--status", metavar="LIST", help="only these statuses (comma-separated): applied, failed, planned, "
+                                                     "dry-run")
+    ac.add_argument("-u", "--user", metavar="LIST", help="only actions on these users' jobs (comma-separated)")
+    ac.add_argument("--limit", type=int, default=200, metavar="N", help="at most N actions (default 200)")
     mo = sub.add_parser("models", help="the live daemon: its duration model, what it looks at, and its refits")
     mo.add_argument("--config", help=live_help)
     mo.add_argument("--plot", metavar="DIR",
@@ -191,7 +202,7 @@ def main(argv=None) -> int:
             return cmd_simulate(args)
         if args.command == "tune":
             return cmd_tune(args)
-        if args.command in ("status", "queue", "models") or (args.command == "explain" and not args.sim_out):
+        if args.command in ("status", "queue", "models", "actions") or (args.command == "explain" and not args.sim_out):
             from .admin_cli import cmd_live
 
             return cmd_live(args)

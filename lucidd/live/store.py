@@ -603,6 +603,21 @@ class Store:
         with self.session() as s:
             return list(s.scalars(select(ActionRow).order_by(ActionRow.id.desc()).limit(limit)))
 
+    def action_log(self, since=None, kinds=None, statuses=None, users=None, limit=200) -> list:
+        """`lucidctl actions`: [(ActionRow, the job's user or None)], newest first, at most `limit`,
+        made at or after `since` (Unix s) and of the given kinds, statuses and users (None: any)."""
+        q = select(ActionRow, JobRow.user).outerjoin(JobRow, JobRow.job_id == ActionRow.job_id)
+        if since is not None:
+            q = q.where(ActionRow.created_at >= int(since))
+        if kinds:
+            q = q.where(ActionRow.kind.in_(list(kinds)))
+        if statuses:
+            q = q.where(ActionRow.status.in_(list(statuses)))
+        if users:
+            q = q.where(JobRow.user.in_(list(users)))
+        with self.session() as s:
+            return [(a, u) for a, u in s.execute(q.order_by(ActionRow.id.desc()).limit(int(limit)))]
+
     def prune_ended(self, jobs_before: int, cycles_before: int, limit: int = 20000) -> tuple[int, int]:
         """Forget what is old: at most `limit` records of jobs lucidd closed (phase done) that ended
         before `jobs_before`, with their actions (and actions of no job made before then), and at most

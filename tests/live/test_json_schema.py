@@ -65,6 +65,8 @@ VALUES = {
               "explain", "queue", "status", "jobs_needing_attention", "users"},
     "models": {"first", "scheduled", "retry", "drift", "manual", "swapped", "rejected", "skipped", "failed",
                "null", "explain", "decider", "continuous", "nominal"},
+    "actions": {"profile", "requeue", "release", "sitefactor", "signal", "shards", "close_inbox", "planned", "applied",
+                "failed", "dry-run", "skipped", "since", "kind", "status", "user", "limit"},
     "explain": {"profile", "release", "requeue", "sitefactor", "signal", "shards", "applied", "failed", "planned", "done",
                 "jobs_by_phase", "ebm", "fallback", "default", "none", "unavailable", "estimate", "dir",
                 "history_days", "explain", "null"},
@@ -217,3 +219,35 @@ def test_models_plot_without_a_model_says_so(tmp_path, capsys):
     assert lucidctl(["models", "--config", str(config), "--plot", str(tmp_path / "plots")]) == 2
     assert "--plot: no duration model to plot" in capsys.readouterr().err
     assert not (tmp_path / "plots").exists()
+
+
+def test_actions_prints_what_docs_cli_md_documents(cluster, capsys):  # noqa: F811
+    """`lucidctl actions`: the audit log, newest first, filtered as asked, as docs/cli.md says."""
+    import time as _time
+
+    from lucidd.admin_cli import actions_data, parse_since
+    from lucidd.cli import main as lucidctl
+
+    cfg, clock, store = _a_job_through_profiling(cluster)
+    d = actions_data(cfg, store, 0)
+    kinds = [a["kind"] for a in d["actions"]]
+    assert {"profile", "requeue", "release", "sitefactor"} <= set(kinds), kinds
+    assert [a["created_at"] for a in d["actions"]] == sorted((a["created_at"] for a in d["actions"]), reverse=True)
+    assert any(a["status"] == "failed" and a["error"] for a in d["actions"])  # the move to 'mian'
+    _check("actions", _keys(d), _section("`lucidctl [--json] actions"))
+    only = actions_data(cfg, store, 0, kinds=["requeue"], statuses=["applied"])
+    assert [a["job_id"] for a in only["actions"]] == [41] and not only["truncated"]
+    assert actions_data(cfg, store, 0, limit=2)["truncated"]
+    assert actions_data(cfg, store, int(clock.t) + 1)["actions"] == []
+    assert actions_data(cfg, store, 0, users=["nobody-here"])["actions"] == []
+    now = _time.time()
+    assert parse_since("2h", now) == int(now - 7200) and parse_since("1700000000", now) == 1700000000
+    assert parse_since("2026-11-28", now) == int(_time.mktime(_time.strptime("2026-11-28", "%Y-%m-%d")))
+    config = Path(cfg.daemon.state_dir) / "lucidctl.toml"
+    config.write_text(f'[daemon]\nstate_dir = "{cfg.daemon.state_dir}"\n\n[database]\nurl = "{cfg.database.url}"\n')
+    assert lucidctl(["actions", "--config", str(config), "--since", "0", "--kind", "release,requeue"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("lucidd's actions since ") and " requeue " in text and " release " in text, text
+    assert "profile " not in text.replace("profiled", "")
+    assert lucidctl(["actions", "--config", str(config), "--since", "yesterday"]) == 2
+    assert "--since 'yesterday'" in capsys.readouterr().err
