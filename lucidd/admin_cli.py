@@ -268,18 +268,19 @@ def parse_since(text: str, now: float) -> int:
     """`--since`: a duration back from now (90s, 30m, 2h, 7d), a local date or date and time
     (2026-11-28, 2026-11-28T09:30[:00]), or Unix seconds."""
     t = str(text).strip()
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhd])", t)
+    bad = LucidError(f"--since {text!r}: give a duration (90s, 30m, 2h, 7d), a date (2026-11-28 or "
+                     "2026-11-28T09:30, local time) or Unix seconds (0: all that is kept)")
+    m = re.fullmatch(r"(\d{1,9}(?:\.\d+)?)\s*([smhd])", t)
     if m:
-        return int(now - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)])
-    if re.fullmatch(r"\d+", t):  # Unix seconds (0: everything kept)
+        return max(0, int(now - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]))
+    if t == "0" or re.fullmatch(r"[1-9]\d{8,10}", t):  # Unix seconds; 20261128 is a date without dashes
         return int(t)
     for fmt in ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S"):
         try:
             return int(time.mktime(time.strptime(t, fmt)))
-        except ValueError:
+        except (ValueError, OverflowError):
             continue
-    raise LucidError(f"--since {text!r}: give a duration (90s, 30m, 2h, 7d), a date (2026-11-28 or "
-                     "2026-11-28T09:30, local time) or Unix seconds")
+    raise bad
 
 
 def _names(text) -> list | None:
@@ -289,8 +290,8 @@ def _names(text) -> list | None:
 
 def actions_data(cfg, store, since: int, kinds=None, statuses=None, users=None, limit: int = 200) -> dict:
     """`lucidctl actions`: lucidd's audit log, what it sent to Slurm (or would have, dry-run)."""
-    if limit < 1:
-        raise LucidError("--limit: give at least 1")
+    if not 1 <= limit <= 1_000_000:
+        raise LucidError(f"--limit {limit}: give 1 to 1,000,000")
     rows = store.action_log(since, kinds, statuses, users, limit + 1)
     return {"since": since, "limit": limit, "truncated": len(rows) > limit, "keep_days": cfg.daemon.keep_days,
             "actions": [{"job_id": a.job_id, "user": u, "kind": a.kind, "status": a.status,
@@ -300,16 +301,18 @@ def actions_data(cfg, store, since: int, kinds=None, statuses=None, users=None, 
 
 
 def actions_text(d: dict) -> list:
-    lines = [f"lucidd's actions since {_ts(d['since'])}, newest first: {len(d['actions'])}"
+    since = "all that is kept" if not d["since"] else f"since {_ts(d['since'])}"
+    lines = [f"lucidd's actions ({since}), newest first: {len(d['actions'])}"
              + (f" (the newest {d['limit']}; --limit or --since for more)" if d["truncated"] else "")]
     for a in d["actions"]:
         when = _ts(a["applied_at"] or a["created_at"])
         job = "-" if a["job_id"] is None else str(a["job_id"])
         reason = " ".join(str(a["reason"] or "").split())
-        lines.append(f"  {when} {job:>9} {a['user'] or '':<10} {a['kind']:<10} {a['status']:<8} "
+        lines.append(f"  {when} {job:>9} {a['user'] or '':<10} {a['kind']:<11} {a['status']:<8} "
                      f"{reason[:110] + ('…' if len(reason) > 110 else '')}")
-        if a["error"]:
-            lines.append(f"  {'':>19} {'':>9} ! {' '.join(str(a['error']).split())[:140]}")
+        if a["error"]:  # a failed action's error; an applied one may carry a note (how it was found made)
+            mark = "!" if a["status"] == "failed" else "note:"
+            lines.append(f"  {'':>19} {'':>9} {mark} {' '.join(str(a['error']).split())[:140]}")
     if not d["actions"]:
         lines.append(f"  none (records are kept [daemon] keep_days = {d['keep_days']} after a job ends)")
     return lines
@@ -503,7 +506,6 @@ def models_text(d: dict | None) -> list:
 def models_plots(cfg, d: dict | None, folder: str) -> dict:
     """`lucidctl models --plot DIR`: the current duration model's shape functions (what each term
     adds to log1p(seconds) over its inputs' values) as JSON and PNGs in `folder`."""
-    from models.base import ModelError
     from models.update import ModelStore
 
     if d is None or d["current"] is None:
@@ -512,8 +514,9 @@ def models_plots(cfg, d: dict | None, folder: str) -> dict:
     try:
         loaded = ModelStore(cfg.models.dir).load_current("duration")
         shapes = loaded.model.shape_functions()
-    except (ModelError, OSError, AttributeError) as exc:
-        raise LucidError(f"--plot: the duration model in {cfg.models.dir} cannot be read: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a file another InterpretML wrote may fail anywhere inside
+        raise LucidError(f"--plot: the duration model in {cfg.models.dir} cannot be drawn: "
+                         f"{type(exc).__name__}: {exc}") from None
     prefix = f"duration_v{loaded.version}"
     try:
         os.makedirs(folder, exist_ok=True)
@@ -553,7 +556,21 @@ def _redact(url):
 
 
 def cmd_live(args) -> int:
+    from .live.store import StoreError, sqlite_file
+
     cfg, store = _open(args)
+    try:
+        return _cmd_live(args, cfg, store)
+    except StoreError:
+        # lucidd started while this read its stopped database as immutable (see
+        # store._sqlite_read_only_connect): once lucidd's log is there, a second read goes through it
+        reader = store.sqlite_reader
+        if reader is None or not reader.immutable_reads or not os.path.exists(sqlite_file(store.url) + "-wal"):
+            raise
+        return _cmd_live(args, *_open(args))
+
+
+def _cmd_live(args, cfg, store) -> int:
     if args.command == "status":
         d = status_data(cfg, store)
         if args.json:

@@ -220,16 +220,22 @@ def _sqlite_read_only_connect(path: str):
     memory. With no `-wal`, no connection is open (lucidd stopped; its last close checkpointed and
     removed the log): `mode=ro` would then have to create the log files, which fails in a folder
     the user cannot write ("attempt to write a readonly database") and leaves them behind where
-    it can (root), so the file is read as `immutable`, which creates nothing. If lucidd starts
-    during that read, the answer may be stale or fail; a second lucidctl sees the log."""
+    it can (root), so the file is read as `immutable`, which creates nothing. An immutable read
+    that lucidd's start overlaps can fail ("database disk image is malformed", once lucidd writes)
+    or see rows from before: the engine keeps no connection (NullPool), so each read chooses
+    again, `connect.immutable_reads` counts the immutable ones, and lucidctl reruns a command that
+    failed on one once lucidd's log is there (admin_cli.cmd_live)."""
     import sqlite3
     from urllib.parse import quote
 
     def connect():
-        mode = "mode=ro" if os.path.exists(path + "-wal") else "immutable=1"
-        return sqlite3.connect(f"file:{quote(os.path.abspath(path))}?{mode}", uri=True, timeout=30,
-                               check_same_thread=False)
+        wal = os.path.exists(path + "-wal")
+        if not wal:
+            connect.immutable_reads += 1
+        return sqlite3.connect(f"file:{quote(os.path.abspath(path))}?{'mode=ro' if wal else 'immutable=1'}",
+                               uri=True, timeout=30, check_same_thread=False)
 
+    connect.immutable_reads = 0
     return connect
 
 
@@ -239,10 +245,14 @@ class Store:
         `read_only`: lucidctl's view, which can change nothing (SQLite: the file opened read-only, see
         _sqlite_read_only_connect; PostgreSQL: every transaction read-only)."""
         self.url = url
+        self.sqlite_reader = None  # read-only SQLite: the connect function (its immutable_reads)
         kw = {"pool_pre_ping": True, "future": True}
         if url.startswith("sqlite"):
             if read_only and sqlite_file(url) is not None:
-                kw["creator"] = _sqlite_read_only_connect(sqlite_file(url))
+                from sqlalchemy.pool import NullPool
+
+                kw["creator"] = self.sqlite_reader = _sqlite_read_only_connect(sqlite_file(url))
+                kw["poolclass"] = NullPool
             elif create_dir:
                 _sqlite_dir(url)
             kw["connect_args"] = {"timeout": 30}
@@ -606,7 +616,9 @@ class Store:
     def action_log(self, since=None, kinds=None, statuses=None, users=None, limit=200) -> list:
         """`lucidctl actions`: [(ActionRow, the job's user or None)], newest first, at most `limit`,
         made at or after `since` (Unix s) and of the given kinds, statuses and users (None: any)."""
-        q = select(ActionRow, JobRow.user).outerjoin(JobRow, JobRow.job_id == ActionRow.job_id)
+        # the job the action was for, not a later one that got its id after Slurm's ids wrapped
+        q = select(ActionRow, JobRow.user).outerjoin(
+            JobRow, (JobRow.job_id == ActionRow.job_id) & (ActionRow.created_at >= JobRow.first_seen))
         if since is not None:
             q = q.where(ActionRow.created_at >= int(since))
         if kinds:

@@ -14,7 +14,10 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from lucidd.admin_cli import explain_data, models_data, queue_data, status_data
+from lucidd.errors import LucidError
 
 from .test_reconcile_recovery import cluster, run_cycles, start_profiling_run  # noqa: F401 (fixture)
 
@@ -243,11 +246,17 @@ def test_actions_prints_what_docs_cli_md_documents(cluster, capsys):  # noqa: F8
     now = _time.time()
     assert parse_since("2h", now) == int(now - 7200) and parse_since("1700000000", now) == 1700000000
     assert parse_since("2026-11-28", now) == int(_time.mktime(_time.strptime("2026-11-28", "%Y-%m-%d")))
+    assert parse_since("0", now) == 0 and parse_since("99999999d", now) == 0
+    for bad in ("20261128", "9" * 20, "9" * 400 + "d", "-1h", "2026-13-45", ""):
+        with pytest.raises(LucidError, match="--since"):
+            parse_since(bad, now)
+    with pytest.raises(LucidError, match="--limit"):
+        actions_data(cfg, store, 0, limit=10**20)
     config = Path(cfg.daemon.state_dir) / "lucidctl.toml"
     config.write_text(f'[daemon]\nstate_dir = "{cfg.daemon.state_dir}"\n\n[database]\nurl = "{cfg.database.url}"\n')
     assert lucidctl(["actions", "--config", str(config), "--since", "0", "--kind", "release,requeue"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("lucidd's actions since ") and " requeue " in text and " release " in text, text
+    assert text.startswith("lucidd's actions (all that is kept)") and " requeue " in text and " release " in text, text
     assert "profile " not in text.replace("profiled", "")
     assert lucidctl(["actions", "--config", str(config), "--since", "yesterday"]) == 2
     assert "--since 'yesterday'" in capsys.readouterr().err

@@ -523,3 +523,37 @@ def test_lucidctl_reads_everything_it_shows_through_a_read_only_role(request, tm
             c.execute(text(f'REVOKE USAGE ON SCHEMA "{schema}" FROM {role}'))
             c.execute(text(f"DROP ROLE IF EXISTS {role}"))
         _pg_cleanup(store, handle)
+
+
+def test_lucidctl_reads_again_when_lucidd_starts_during_an_immutable_read(tmp_path, monkeypatch, capsys):
+    """lucidd stopped: lucidctl reads the file as immutable. If lucidd starts meanwhile and the
+    read fails, the command runs once more, through lucidd's log; a failure with the log there
+    from the start is not retried."""
+    import lucidd.admin_cli as admin
+    from lucidd.cli import main as lucidctl
+
+    db = tmp_path / "state" / "lucidd.db"
+    writer = Store(f"sqlite:///{db}").create()
+    writer.set_meta("lucidd_version", "test")
+    writer.engine.dispose()
+    config = tmp_path / "lucidd.toml"
+    config.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
+    real, calls = admin.status_data, []
+
+    def lucidd_starts_during_the_first_read(cfg, store, now=None):
+        calls.append(store.sqlite_reader.immutable_reads)
+        if len(calls) == 1:
+            started = Store(f"sqlite:///{db}")
+            started.set_meta("lucidd_version", "test2")  # lucidd's connection: the log is there
+            monkeypatch.setattr(admin, "_lucidd", started, raising=False)
+            raise StoreError("database sqlite:///... unavailable (session): database disk image is malformed")
+        return real(cfg, store, now)
+
+    monkeypatch.setattr(admin, "status_data", lucidd_starts_during_the_first_read)
+    assert lucidctl(["--json", "status", "--config", str(config)]) == 0
+    assert calls[0] >= 1 and calls[1] == 0 and len(calls) == 2  # the second read went through the log
+    capsys.readouterr()
+    calls.clear()  # lucidd is running now (its connection is open): a failure is a failure
+    assert lucidctl(["status", "--config", str(config)]) == 2 and len(calls) == 1
+    assert "malformed" in capsys.readouterr().err
+    admin._lucidd.engine.dispose()
