@@ -69,9 +69,9 @@ def _check_sqlite_readable(path, db_file):
     error (the state folder is the daemon's, mode 0750)."""
     folder = os.path.dirname(os.path.abspath(db_file))
     how = ("; to let users read it, docs/deploy.md \"Letting users run lucidctl\"" if os.geteuid() != 0 else "")
-    if not os.access(folder, os.X_OK):
-        raise LucidError(f"{path}: this account may not look in {folder}, where lucidd's database is{how}")
     if not os.path.exists(db_file):
+        if os.path.isdir(folder) and not os.access(folder, os.X_OK):
+            raise LucidError(f"{path}: this account may not look in {folder}, where lucidd's database is{how}")
         # read-only commands: do not create the database (and its folder) by looking for it
         raise LucidError(f"{path}: no lucidd database at {db_file} (has lucidd run with this config?)")
     for f in (db_file, db_file + "-wal", db_file + "-shm"):
