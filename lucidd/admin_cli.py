@@ -153,7 +153,26 @@ def status_data(cfg, store, now=None) -> dict:
         "models": [{"kind": m.kind, "version": m.version, "at": m.at, "decision": m.decision}
                    for m in store.model_versions(5)],
         "gpu_samplers": _samplers(store, now),
+        "records": _records(cfg, store),
     }
+
+
+def _records(cfg, store) -> dict | None:
+    """How much lucidd keeps, and that [daemon] keep_days prunes it (None: the counts could not be read)."""
+    from .live.store import StoreError, sqlite_file
+
+    try:
+        out = store.record_counts()
+    except StoreError:
+        return None
+    out["keep_days"] = cfg.daemon.keep_days
+    db = sqlite_file(store.url)
+    try:  # the file and its write-ahead log; PostgreSQL's size is the server's to tell
+        out["sqlite_bytes"] = None if db is None else sum(os.path.getsize(f) for f in (db, db + "-wal")
+                                                           if os.path.exists(f))
+    except OSError:
+        out["sqlite_bytes"] = None
+    return out
 
 
 def _config_differences(cfg, running: dict) -> list:
@@ -634,6 +653,13 @@ def _cmd_live(args, cfg, store) -> int:
                                                f"{f' and {len(silent) - 10} more' if len(silent) > 10 else ''}"
                                                if silent else "")
                   + (f"; GPUs of {mem['smallest']:,.0f} to {mem['largest']:,.0f} MiB" if mem else ""))
+        rec = d["records"]
+        if rec:
+            size = "" if rec["sqlite_bytes"] is None else f", {rec['sqlite_bytes'] / 2**20:,.1f} MiB on disk"
+            oldest = ("" if rec["oldest_ended_job_end"] is None else
+                      f"; the oldest ended {_ts(rec['oldest_ended_job_end'])}")
+            print(f"  records: {rec['jobs']:,} job(s) ({rec['ended_jobs']:,} ended), {rec['actions']:,} action(s), "
+                  f"{rec['cycles']:,} cycle(s){size}; kept {rec['keep_days']} days after a job ends{oldest}")
         for e in d["recent_errors"]:
             print(f"  error at {_ts(e['at'])}: {e['error']}")
         out = d["last_database_outage"]

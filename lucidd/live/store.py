@@ -630,6 +630,17 @@ class Store:
         with self.session() as s:
             return [(a, u) for a, u in s.execute(q.order_by(ActionRow.id.desc()).limit(int(limit)))]
 
+    def record_counts(self) -> dict:
+        """What lucidd keeps (`lucidctl status`' `records`): rows of jobs (and of those, ended ones),
+        actions and cycles, and when the oldest ended job kept ended (None: none)."""
+        with self.session() as s:
+            ended = s.execute(select(func.count(), func.min(func.coalesce(JobRow.end_time, JobRow.first_seen)))
+                              .where(JobRow.phase == "done")).one()
+            return {"jobs": int(s.scalar(select(func.count()).select_from(JobRow)) or 0),
+                    "ended_jobs": int(ended[0] or 0), "oldest_ended_job_end": ended[1],
+                    "actions": int(s.scalar(select(func.count()).select_from(ActionRow)) or 0),
+                    "cycles": int(s.scalar(select(func.count()).select_from(CycleRow)) or 0)}
+
     def prune_ended(self, jobs_before: int, cycles_before: int, limit: int = 20000) -> tuple[int, int]:
         """Forget what is old: at most `limit` records of jobs lucidd closed (phase done) that ended
         before `jobs_before`, with their actions (and actions of no job made before then), and at most

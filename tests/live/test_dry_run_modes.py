@@ -117,7 +117,8 @@ def test_a_live_start_after_a_shadow_drops_its_open_decisions_and_adopts_the_job
 
 def test_the_read_only_store_drops_every_write_of_the_store():
     reads = {"ping", "get_meta", "jobs", "open_jobs", "started_jobs", "job", "applied_keys", "actions_for",
-             "recent_actions", "action_log", "last_cycles", "recorded_cycles", "history", "history_count", "history_fingerprint",
+             "recent_actions", "action_log", "record_counts", "last_cycles", "recorded_cycles", "history",
+             "history_count", "history_fingerprint",
              "gpu_profiles", "profiling_gpu_profiles", "hold_instance_lock", "release_instance_lock", "instance_lock_alive",
              "gpu_sampler_nodes", "gpu_nodes", "model_versions", "session", "has_state", "schema_version", "signals_sent",
              "refuse_newer_schema"}

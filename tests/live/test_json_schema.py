@@ -106,6 +106,9 @@ def test_status_prints_what_docs_cli_md_documents(cluster):  # noqa: F811
     # the nested objects are filled, so that their keys are checked too
     assert d["last_cycle"] and d["jobs_needing_attention"] and d["models"] and d["last_database_outage"]
     assert d["gpu_samplers"]["gpu_memory_mib"] == {"smallest": 24576.0, "largest": 24576.0}
+    rec = d["records"]
+    assert rec["jobs"] == 3 and rec["ended_jobs"] == 0 and rec["oldest_ended_job_end"] is None, rec
+    assert rec["actions"] >= 4 and rec["cycles"] > 60 and rec["keep_days"] == 180 and rec["sqlite_bytes"] > 0
     _check("status", _keys(d), _section("`--json status` prints one object:"))
 
 

@@ -336,7 +336,11 @@ def test_prune_ended_forgets_old_ended_jobs_their_actions_and_old_cycles_only(st
     store.record_action("inbox:close:2", None, "inbox", {}, "start", 4000, "applied")
     for t in (100.0, 200.0, 3000.0):
         store.add_cycle(CycleRow(started_at=t, jobs=0), 100)
+    assert store.record_counts() == {"jobs": 4, "ended_jobs": 3, "oldest_ended_job_end": 900, "actions": 6,
+                                     "cycles": 3}
     assert store.prune_ended(2000, 2500) == (2, 2)
+    assert store.record_counts() == {"jobs": 2, "ended_jobs": 1, "oldest_ended_job_end": 5000, "actions": 3,
+                                     "cycles": 1}
     assert sorted(store.jobs()) == [2, 4]
     assert store.applied_keys(["profile:1", "profile:2", "profile:3", "profile:4", "inbox:close:1",
                                "inbox:close:2"]) == {"profile:2", "profile:4", "inbox:close:2"}
