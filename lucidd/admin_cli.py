@@ -265,7 +265,7 @@ def queue_data(cfg, store, users=None) -> dict:
 
 def queue_users(args) -> set | None:
     """The users `lucidctl queue --user LIST / --me` asks for (None: all)."""
-    users = {u.strip() for u in (getattr(args, "user", None) or "").split(",") if u.strip()}
+    users = set(_names(getattr(args, "user", None)) or ())
     if getattr(args, "me", False):
         import pwd
 

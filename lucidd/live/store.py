@@ -610,8 +610,7 @@ class Store:
             return list(s.scalars(select(ActionRow).where(ActionRow.job_id == int(job_id)).order_by(ActionRow.id)))
 
     def recent_actions(self, limit=50) -> list:
-        with self.session() as s:
-            return list(s.scalars(select(ActionRow).order_by(ActionRow.id.desc()).limit(limit)))
+        return [a for a, _user in self.action_log(limit=limit)]
 
     def action_log(self, since=None, kinds=None, statuses=None, users=None, limit=200) -> list:
         """`lucidctl actions`: [(ActionRow, the job's user or None)], newest first, at most `limit`,
