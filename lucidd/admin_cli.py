@@ -154,6 +154,9 @@ def status_data(cfg, store, now=None) -> dict:
                    for m in store.model_versions(5)],
         "gpu_samplers": _samplers(store, now),
         "records": _records(cfg, store),
+        # slurm.conf settings under which Slurm would not follow lucidd's order, as the daemon found
+        # them at its last start (lucidd.live.slurm_settings); null before a start recorded them
+        "slurm_warnings": _json_meta(store, "slurm_warnings"),
     }
 
 
@@ -660,6 +663,8 @@ def _cmd_live(args, cfg, store) -> int:
                       f"; the oldest ended {_ts(rec['oldest_ended_job_end'])}")
             print(f"  records: {rec['jobs']:,} job(s) ({rec['ended_jobs']:,} ended), {rec['actions']:,} action(s), "
                   f"{rec['cycles']:,} cycle(s){size}; kept {rec['keep_days']} days after a job ends{oldest}")
+        for w in d["slurm_warnings"] or ():
+            print(f"  slurm.conf (at lucidd's start): {w}")
         for e in d["recent_errors"]:
             print(f"  error at {_ts(e['at'])}: {e['error']}")
         out = d["last_database_outage"]

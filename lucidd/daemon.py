@@ -98,6 +98,7 @@ class Daemon:
         from .live.store import StoreError
 
         check_job_submit_lua()  # at every start, and in the check an admin runs before one (an upgrade)
+        slurm_warnings = self._check_slurm_settings()
         try:
             if self.check:
                 self._open_for_check()
@@ -120,6 +121,8 @@ class Daemon:
         self.store.set_meta("dry_run", "1" if self.dry_run else "0")
         self.store.set_meta("version", __version__)
         self.store.set_meta("config_path", self.cfg.path or "")
+        if slurm_warnings is not None:  # for `lucidctl status`; None: Slurm could not be asked, keep the last
+            self.store.set_meta("slurm_warnings", json.dumps(slurm_warnings))
         # what this lucidd runs with: `lucidctl status` read the file it was given, which an admin may
         # have edited since (an admin trial: status said Tprof 60 while the daemon ran with 20)
         self.store.set_meta("running_config", json.dumps(running_config(self.cfg), default=str))
@@ -151,6 +154,26 @@ class Daemon:
             key, name = missing[0]
             raise ConfigError(f"[slurm] {key} = \"{name}\": Slurm has no such partition (it has: "
                               f"{', '.join(sorted(have)) or 'none'})")
+
+    def _check_slurm_settings(self) -> list | None:
+        """Warn of slurm.conf settings under which Slurm would not follow lucidd's order
+        (lucidd.live.slurm_settings). Returns the warnings, None when Slurm could not be asked; never
+        stops lucidd: the settings are the admin's, and the order still helps where they allow."""
+        from .backends.base import BackendError
+        from .live.slurm_settings import slurm_settings_warnings
+
+        s = self.cfg.slurm
+        try:
+            config = self.backend.controller_config()
+            max_times = self.backend.partition_max_times() if config else {}
+        except BackendError as exc:
+            log.warning("Slurm's settings not checked at start (%s)", exc)
+            return None
+        ordered = set(s.managed_partitions) or set(max_times) - {s.inbox_partition, s.profiling_partition}
+        warnings = slurm_settings_warnings(config, max_times, ordered, self.cfg.ordering.enabled)
+        for text in warnings:
+            log.warning("slurm.conf: %s", text)
+        return warnings
 
     def _check_heartbeat_file(self):
         """The heartbeat must be writable before lucidd acts: a cycle that acted and then could not

@@ -209,6 +209,16 @@ class Backend:
         job that ended while it was down as RUNNING until the node's completion message arrives."""
         return None
 
+    def controller_config(self) -> dict:
+        """slurmctld's running settings as `scontrol show config` prints them ({name: text}), {} when
+        this backend cannot tell (lucidd then checks none of them)."""
+        return {}
+
+    def partition_max_times(self) -> dict:
+        """{partition: its MaxTime as Slurm prints it ("UNLIMITED", "7-00:00:00", ...)}; {} when
+        this backend cannot tell."""
+        return {}
+
     def finished_jobs(self, since: int, until: int | None = None) -> list[dict]:
         """Jobs that ended since `since` (accounting), as plain trace rows; with `until`, those that
         were running or ended between the two (a job may come in two windows that meet)."""

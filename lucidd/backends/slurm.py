@@ -344,6 +344,18 @@ def slurm_minutes_s(text: str) -> int | None:
     return ((d * 24 + h) * 60 + m) * 60 + sec
 
 
+def parse_controller_config(text: str) -> dict:
+    """`scontrol show config` -> {name: value text}: the `Name = value` lines of its first block
+    (later blocks, such as the cgroup settings, do not override a name already read)."""
+    out = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        name = name.strip()
+        if sep and name and " " not in name:
+            out.setdefault(name, value.strip())
+    return out
+
+
 def parse_partitions(text: str, nodes: dict) -> dict:
     """`scontrol -o show partition` lines -> {name: Partition} (node lists from sinfo's nodes)."""
     out = {}
@@ -449,15 +461,22 @@ class SlurmBackend(Backend):
         return set(parse_partitions(self.runner.run(["scontrol", "-o", "show", "partition"]), {}))
 
     def controller_boot_time(self) -> int | None:
-        # Unix seconds, whatever the admin's SLURM_TIME_FORMAT and the time zone (local text is
-        # ambiguous in the hour a DST change repeats, and unreadable in a custom format)
+        value = self.controller_config().get("BOOT_TIME", "")
+        return int(value) if value.isdigit() else None
+
+    def controller_config(self) -> dict:
+        # times as Unix seconds, whatever the admin's SLURM_TIME_FORMAT and the time zone (local text
+        # is ambiguous in the hour a DST change repeats, and unreadable in a custom format)
         out = self.runner.run(["scontrol", "show", "config"], env={"SLURM_TIME_FORMAT": "%s"})
-        for line in out.splitlines():
-            name, _, value = line.partition("=")
-            if name.strip() == "BOOT_TIME":
-                value = value.strip()
-                return int(value) if value.isdigit() else None
-        return None
+        return parse_controller_config(out)
+
+    def partition_max_times(self) -> dict:
+        out = {}
+        for line in self.runner.run(["scontrol", "-o", "show", "partition"]).splitlines():
+            fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+            if fields.get("PartitionName"):
+                out[fields["PartitionName"]] = fields.get("MaxTime", "")
+        return out
 
     def finished_jobs(self, since: int, until: int | None = None) -> list[dict]:
         def stamp(t):

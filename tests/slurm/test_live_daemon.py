@@ -453,6 +453,30 @@ def test_once_exit_codes(slurm_cluster, tmp_path):
     assert r.returncode == 1 and "not found" in r.stderr
 
 
+def test_a_start_reads_the_real_slurmctlds_settings_and_warns_without_stopping(clean_cluster, tmp_path,
+                                                                             lucidd_factory):
+    """The test cluster runs priority/multifactor (no warning) with sched/backfill at Slurm's default
+    bf_window of 1 day, and its partitions have no MaxTime: lucidd names the two it orders, not the
+    inbox or profiling, in its log and for `lucidctl status`, and runs on."""
+    from .conftest import VENV_BIN
+
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
+    check = subprocess.run([str(VENV_BIN / "lucidd"), "--config", str(cfg), "--once", "--dry-run"],
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0 and "slurm.conf: bf_window is 1 day" in check.stdout + check.stderr, check.stderr
+    daemon = lucidd_factory(cfg).start()
+    db = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+    wait_until(_until_tables(lambda: db.get_meta("last_ok_cycle")), 30, "lucidd's first cycle")
+    daemon.stop()
+    (warning,) = json.loads(db.get_meta("slurm_warnings"))
+    assert "main (MaxTime UNLIMITED), research (MaxTime UNLIMITED)" in warning, warning
+    assert "PriorityType" not in warning and "inbox" not in warning and "profiling (" not in warning
+    assert f"slurm.conf: {warning}" in daemon.text()
+    status = subprocess.run([str(VENV_BIN / "lucidctl"), "--json", "status", "--config", str(cfg)],
+                            capture_output=True, text=True, timeout=60)
+    assert json.loads(status.stdout)["slurm_warnings"] == [warning], status.stderr
+
+
 def test_a_partition_that_does_not_exist_waits_in_the_inbox_with_a_reason(clean_cluster, tmp_path, job_script,
                                                                           lucidd_factory):
     """`sbatch -p mian` is accepted (job_submit.lua sends it to the inbox before Slurm can refuse the
