@@ -92,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     slurm.add_argument("--limit-rule", metavar="RULE",
                        help="users' time limits from durations: increasing hours to round up to (default "
                             "1,2,4,8,12,24,48,72,168), 'exact', or 'xF' (F x duration, F >= 1)")
+    slurm.add_argument("--bf-window", type=int, metavar="MINUTES",
+                       help="Slurm's SchedulerParameters bf_window for the slurm baseline and lucid's Slurm "
+                            "(default 1440, Slurm's): a job that cannot start within it gets no reservation")
     from .elastic.cli import add_simulate_arguments
 
     add_simulate_arguments(s)  # --workload dl2: the elastic mode (docs/elastic.md)
@@ -297,6 +300,7 @@ def _check_args(args) -> None:
     _check_int(args, "aging_halflife_s", lo=0, what=" second(s) (0: no aging)")
     _check_int(args, "starving_halflife_s", lo=0, hi=10 ** 7, what=" second(s) (0: oldest first)")
     _check_int(args, "long_tprof_s", lo=0, hi=7 * 86400, what=" second(s) (0: Tprof for every run)")
+    _check_int(args, "bf_window", lo=1, hi=43200, what=" minute(s) (Slurm's own range)")
     _check_int(args, "workers", lo=1)
     _check_int(args, "jitter_seeds", lo=0, hi=100, what=" (jittered copies of the window)")
     _check_int(args, "jitter_s", lo=1, hi=86400, what=" second(s)")
@@ -426,6 +430,8 @@ def _experiment_from_args(args, what: str):
                                                        "starvation_s", "aging_halflife_s", "starving_halflife_s")
                         if getattr(args, k, None) is not None})
     exp.options["limit_rule"] = getattr(args, "limit_rule", None)  # the slurm baseline's time limits
+    if getattr(args, "bf_window", None) is not None:  # Slurm's engine, for slurm and lucid alike
+        exp.options["bf_window_s"] = args.bf_window * 60
     if getattr(args, "long_tprof_s", None) is not None:  # lucidd's [profiler] keys, for `lucid`
         exp.options["prof_long_tprof"] = args.long_tprof_s
     if getattr(args, "no_lend", False):

@@ -10,7 +10,9 @@ decide whether that order is followed:
   started in front of it as long as they fit now, however long they run. A job that starves,
   including one lucidd's starvation guard has moved to the front, can wait for weeks (a Venus
   replay: an 8-GPU job for 22 days behind 1-GPU jobs of 72 h limits; docs/lucid.md). Slurm's
-  documentation advises a bf_window at least as long as the highest time limit.
+  documentation advises a bf_window at least as long as the highest time limit. That is a trade,
+  not a free gain (the reservations hold GPUs idle), so the warning points at the replay that
+  weighs it on the site's own jobs.
 
 A pure function of what `scontrol show config` and `scontrol show partition` print; a setting it
 cannot read is not checked (no warning on a guess).
@@ -68,7 +70,8 @@ def slurm_settings_warnings(config: dict, max_times: dict, ordered: set, orderin
                 out.append(f"bf_window is {_duration_text(window)}, shorter than the time limits jobs may ask for in "
                            f"{', '.join(longer)}: backfill plans no start for a job that cannot start within "
                            "bf_window, so lower-priority jobs that fit now keep starting ahead of it, even ahead of "
-                           "a job lucidd's starvation guard put first. Set SchedulerParameters=bf_window=MINUTES "
-                           "at least the highest MaxTime, and a MaxTime where there is none (docs/deploy.md, "
-                           "slurm.conf)")
+                           "a job lucidd's starvation guard put first. Slurm advises SchedulerParameters=bf_window "
+                           "at least the highest MaxTime (and a MaxTime where there is none); a longer window also "
+                           "holds GPUs idle for its reservations: replay both on your jobs first, `lucidctl "
+                           "simulate --bf-window MINUTES` (docs/deploy.md, slurm.conf)")
     return out

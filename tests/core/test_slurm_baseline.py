@@ -306,3 +306,30 @@ def test_cli_scale_nodes_shrinks_the_cluster_and_bad_values_exit_2(tmp_path, cap
             assert rc == 2
             err = capsys.readouterr().err
             assert "--scale-nodes" in err and err.count("\n") == 1
+
+
+def test_cli_bf_window_reaches_slurms_engine_in_the_baseline_and_in_lucid(tmp_path, capsys):
+    """A 1-GPU job of 30 h holds the node; an 8-GPU job waits for it, its earliest start at the
+    first job's 48 h limit. With Slurm's 1-day window it gets no reservation and a later 7-GPU job
+    of 30 h is backfilled past it; with a 7-day window it is protected. (Lucid with true durations
+    and no profiling, so that its order is B before C and C is not started in profiling.)"""
+    from lucidd.cli import main
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,gpu_num,submit_time,duration\nA,1,0,108000\nB,8,10,3600\nC,7,20,108000\n")
+
+    def starts(*flags):
+        out = tmp_path / f"o{len(flags)}"
+        assert main(["simulate", "--trace", str(trace), "--format", "csv", "--nodes", "1", "--policies",
+                     "slurm,lucid-oracle", "--cprof", "0", "--out", str(out), "--no-progress", "--no-plots",
+                     *flags]) == 0
+        return {p: pd.read_csv(out / f"jobs_{p}.csv").set_index("job_id")["start_time"]
+                for p in ("slurm", "lucid-oracle")}
+
+    one_day, week = starts(), starts("--bf-window", "10080")
+    for p in ("slurm", "lucid-oracle"):
+        assert one_day[p]["C"] < 3600 < one_day[p]["B"], (p, one_day[p].to_dict())  # C passed B
+        assert week[p]["B"] < week[p]["C"], (p, week[p].to_dict())  # B's reservation held
+    capsys.readouterr()
+    assert main(["simulate", "--policies", "slurm", "--bf-window", "0", "--out", str(tmp_path / "b")]) == 2
+    assert capsys.readouterr().err.startswith("lucidctl: error: --bf-window 0: must be from 1 to 43200")
