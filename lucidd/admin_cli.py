@@ -155,7 +155,7 @@ def status_data(cfg, store, now=None) -> dict:
         "gpu_samplers": _samplers(store, now),
         "records": _records(cfg, store),
         # slurm.conf settings under which Slurm would not follow lucidd's order, as the daemon found
-        # them at its last start (lucidd.live.slurm_settings); null before a start recorded them
+        # them at the last start at which Slurm answered (lucidd.live.slurm_settings); null before
         "slurm_warnings": _json_meta(store, "slurm_warnings"),
     }
 
@@ -664,7 +664,7 @@ def _cmd_live(args, cfg, store) -> int:
             print(f"  records: {rec['jobs']:,} job(s) ({rec['ended_jobs']:,} ended), {rec['actions']:,} action(s), "
                   f"{rec['cycles']:,} cycle(s){size}; kept {rec['keep_days']} days after a job ends{oldest}")
         for w in d["slurm_warnings"] or ():
-            print(f"  slurm.conf (at lucidd's start): {w}")
+            print(f"  slurm.conf (as lucidd found it when it started): {w}")
         for e in d["recent_errors"]:
             print(f"  error at {_ts(e['at'])}: {e['error']}")
         out = d["last_database_outage"]

@@ -165,12 +165,17 @@ class Daemon:
         s = self.cfg.slurm
         try:
             config = self.backend.controller_config()
-            max_times = self.backend.partition_max_times() if config else {}
+            if not config:
+                return None  # a backend that cannot tell: nothing checked, which is not "no problem"
+            max_times = self.backend.partition_max_times()
+            ordered = set(s.managed_partitions) or set(max_times) - {s.inbox_partition, s.profiling_partition}
+            warnings = slurm_settings_warnings(config, max_times, ordered, self.cfg.ordering.enabled)
         except BackendError as exc:
             log.warning("Slurm's settings not checked at start (%s)", exc)
             return None
-        ordered = set(s.managed_partitions) or set(max_times) - {s.inbox_partition, s.profiling_partition}
-        warnings = slurm_settings_warnings(config, max_times, ordered, self.cfg.ordering.enabled)
+        except Exception:  # a reply this check did not foresee: a check, never a reason not to start
+            log.exception("Slurm's settings not checked at start")
+            return None
         for text in warnings:
             log.warning("slurm.conf: %s", text)
         return warnings

@@ -4,12 +4,13 @@ lucidd only writes SiteFactor; Slurm's own scheduler starts the jobs. Two settin
 decide whether that order is followed:
 
 * `PriorityType`: only `priority/multifactor` adds SiteFactor to a job's priority. Under
-  `priority/basic` (Slurm's default) jobs start in submission order and lucidd's order is ignored.
+  `priority/basic` (Slurm's default) jobs are prioritised in submission order and lucidd's order
+  is ignored.
 * `bf_window` (SchedulerParameters, minutes, default 1440) with `sched/backfill`: backfill makes no
   reservation for a job whose earliest start lies further ahead. Lower-priority jobs are then
   started in front of it as long as they fit now, however long they run. A job that starves,
   including one lucidd's starvation guard has moved to the front, can wait for weeks (a Venus
-  replay: an 8-GPU job for 22 days behind 1-GPU jobs of 72 h limits; docs/lucid.md). Slurm's
+  replay: an 8-GPU job for 11 days behind 1-GPU jobs of 72 h limits; docs/lucid.md). Slurm's
   documentation advises a bf_window at least as long as the highest time limit. That is a trade,
   not a free gain (the reservations hold GPUs idle), so the warning points at the replay that
   weighs it on the site's own jobs.
@@ -25,17 +26,22 @@ import re
 from ..backends.slurm import slurm_minutes_s
 
 DEFAULT_BF_WINDOW_MIN = 1440  # Slurm 22.05's default bf_window
+MAX_BF_WINDOW_MIN = 43200  # Slurm's own bound: outside 1..30 days it uses the default (and logs an error)
 _NO_LIMIT = ("UNLIMITED", "INFINITE")
 
 
 def bf_window_s(scheduler_parameters: str) -> int | None:
-    """bf_window from SchedulerParameters, in seconds (Slurm's default when not set); None when the
+    """The bf_window Slurm runs with, in seconds: SchedulerParameters' value (its name in any case,
+    as Slurm matches it), Slurm's default when it is not set or out of Slurm's range; None when the
     value is not a whole number of minutes."""
-    m = re.search(r"(?:^|,)\s*bf_window=([^,]*)", scheduler_parameters or "")
+    m = re.search(r"(?:^|,)\s*bf_window=([^,]*)", scheduler_parameters or "", re.IGNORECASE)
     if m is None:
         return DEFAULT_BF_WINDOW_MIN * 60
     text = m.group(1).strip()
-    return int(text) * 60 if text.isdigit() else None
+    if not (text.isascii() and text.isdigit()):
+        return None
+    minutes = int(text)
+    return (minutes if 1 <= minutes <= MAX_BF_WINDOW_MIN else DEFAULT_BF_WINDOW_MIN) * 60
 
 
 def _duration_text(seconds: int) -> str:
@@ -57,7 +63,8 @@ def slurm_settings_warnings(config: dict, max_times: dict, ordered: set, orderin
     if ordering_enabled and priority and priority != "priority/multifactor":
         out.append(f"PriorityType={priority}: Slurm ignores SiteFactor, so lucidd's order has no effect; set "
                    "PriorityType=priority/multifactor (docs/deploy.md, slurm.conf) or [ordering] enabled = false")
-    if config.get("SchedulerType", "") == "sched/backfill":
+    # with ordering off lucidd orders nothing and has no starvation guard: the window is Slurm's affair
+    if ordering_enabled and config.get("SchedulerType", "") == "sched/backfill":
         window = bf_window_s(config.get("SchedulerParameters", ""))
         if window is not None:
             longer = []

@@ -51,7 +51,9 @@ def test_the_backend_reads_settings_and_partition_limits_through_scontrol():
 @pytest.mark.parametrize("params, seconds", [
     ("", 86400), ("bf_interval=30", 86400), ("bf_window=10080", 604800),
     ("bf_continue,bf_window=2880,bf_resolution=600", 172800), ("bf_window=abc", None),
-    ("max_rpc_cnt=150,xbf_window=5", 86400),  # another option's name ending in bf_window is not it
+    ("BF_WINDOW=2880", 172800),  # Slurm matches the name in any case
+    ("bf_window=0", 86400), ("bf_window=50000", 86400),  # outside 1..43200 Slurm uses its default
+    ("bf_window=²", None),  # digits that int() would refuse
 ])
 def test_bf_window_is_read_from_scheduler_parameters_in_minutes_with_slurms_default(params, seconds):
     assert bf_window_s(params) == seconds
@@ -65,8 +67,9 @@ def test_priority_basic_is_named_because_slurm_then_ignores_sitefactor():
     basic = {**GOOD, "PriorityType": "priority/basic"}
     (w,) = slurm_settings_warnings(basic, WEEK, {"main"}, True)
     assert "PriorityType=priority/basic" in w and "ignores SiteFactor" in w
-    # with lucidd's ordering off nothing depends on it
+    # with lucidd's ordering off nothing depends on it, nor on the backfill window
     assert slurm_settings_warnings(basic, WEEK, {"main"}, False) == []
+    assert slurm_settings_warnings({**GOOD, "SchedulerParameters": ""}, WEEK, {"main"}, False) == []
 
 
 def test_a_window_shorter_than_a_partitions_maxtime_names_those_partitions_only():
@@ -166,7 +169,25 @@ def test_lucidctl_status_shows_the_warnings_of_the_last_start(tmp_path, capsys):
     assert json.loads(_lucidctl(capsys, *status))["slurm_warnings"] == [
         "PriorityType=priority/basic: Slurm ignores SiteFactor"]
     text = _lucidctl(capsys, "status", "--config", str(cfg_path))
-    assert "slurm.conf (at lucidd's start): PriorityType=priority/basic" in text
+    assert "slurm.conf (as lucidd found it when it started): PriorityType=priority/basic" in text
+
+
+def test_a_backend_that_cannot_tell_or_an_unforeseen_reply_records_nothing_and_starts(tmp_path, caplog):
+    cfg = _cfg(tmp_path)
+    clock = Clock()
+    slurm = SettingsSlurm(clock, {}, WEEK)  # MemSlurm-like backends: the base class's {}
+    d = Daemon(cfg, backend=slurm, clock=clock)
+    d.start()
+    assert d.store.get_meta("slurm_warnings") is None  # not checked is not "nothing found"
+    d.store.release_instance_lock()
+    slurm.config = GOOD
+    slurm.partition_max_times = lambda: 1 / 0
+    with caplog.at_level("ERROR", logger="lucidd"):
+        d2 = Daemon(cfg, backend=slurm, clock=clock)
+        d2.start()
+    assert "Slurm's settings not checked at start" in caplog.text
+    clock.t += 10
+    assert d2.run_once()
 
 
 def test_a_check_run_reads_the_settings_and_writes_nothing(tmp_path, caplog):
