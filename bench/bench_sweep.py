@@ -91,6 +91,48 @@ def per_vc(jobs) -> dict:
     return {str(vc): [int(n), round(float(m), 1)] for vc, n, m in zip(g.size().index, g.size(), g.mean())}
 
 
+def idle_while_pending(jobs, spec) -> dict | None:
+    """GPU-hours left idle in a partition while some of its jobs pend, summed over partitions; of
+    those, the hours while a job of a whole node or more pends, by the fewest GPUs any pending job
+    of the partition asks for (where the idle is fragments no pending job can use: docs/lucid.md,
+    "vcWoR's tail"). Only where each job's [start, end) is all it held: None for a replay with
+    preemption or profiling runs, whose other runs the per-job frame does not list."""
+    if ("preemptions" in jobs and (jobs["preemptions"] > 0).any()) or (
+            "profiled" in jobs and jobs["profiled"].fillna(False).astype(bool).any()):
+        return None
+    idle = wide = 0.0
+    by_fewest = {}
+    for vc, part in jobs.groupby("vc"):
+        vs = spec.vcs[str(vc)]
+        total, gpn = vs.gpus, vs.gpus_per_node
+        events = []
+        for sub, start, end, g in zip(part["submit_time"], part["start_time"], part["end_time"], part["gpu_num"]):
+            events += [(float(start), 2, int(g)), (float(end), 0, -int(g)), (float(sub), 1, int(g))]
+        events.sort(key=lambda e: (e[0], e[1]))  # at one instant: ends, submissions, then starts
+        pending = {}  # GPUs asked -> jobs pending
+        busy, t0 = 0, events[0][0] if events else 0.0
+        for t, kind, g in events:
+            if t > t0 and pending and busy < total:
+                gpu_s = (t - t0) * (total - busy)
+                idle += gpu_s
+                if max(pending) >= gpn:
+                    wide += gpu_s
+                    fewest = min(pending)
+                    by_fewest[fewest] = by_fewest.get(fewest, 0.0) + gpu_s
+            t0 = t
+            if kind == 1:
+                pending[g] = pending.get(g, 0) + 1
+            elif kind == 2:
+                busy += g
+                pending[g] -= 1
+                if not pending[g]:
+                    del pending[g]
+            else:
+                busy += g
+    return {"gpu_h": round(idle / 3600, 1), "wide_gpu_h": round(wide / 3600, 1),
+            "wide_by_fewest_gpus": {str(k): round(v / 3600, 1) for k, v in sorted(by_fewest.items())}}
+
+
 def vc_line(lucid: dict, slurm: dict) -> str | None:
     """The partition whose users lose most under `lucid` against `slurm` (avg JCT), and how many
     partitions (and jobs) lose more than 10 %: a cluster-wide gain can hide one partition's loss."""
@@ -146,6 +188,7 @@ def run_point(point, policies, cache: Path | None, fresh=()):
         if "profiler" in r.extra and "requeued" in r.extra["profiler"]:
             s["profiler"] = r.extra["profiler"]
         s["vc_avg_jct_s"] = per_vc(r.jobs)
+        s["idle_while_pending"] = idle_while_pending(r.jobs, exp.spec)
         s["offered_load"] = offered_load(exp)
         s["nodes"] = exp.spec.total_nodes
         rows[p] = s
@@ -177,6 +220,12 @@ def report(point, rows, policies) -> list[dict]:
                   f"{st['requeued']:,} ({st['lost_gpu_s'] / 3600:,.0f} GPU-h lost), unprofiled after waiting "
                   f"2 x Tprof {st['released_after_wait']:,}, longest wait for a profiling slot "
                   f"{st['max_profiling_wait_s']:,} s")
+    for p in policies:
+        idle = rows[p].get("idle_while_pending")
+        if idle:
+            fewest = ", ".join(f"{k}: {v:,.0f}" for k, v in idle["wide_by_fewest_gpus"].items())
+            print(f"   {p}: {idle['gpu_h']:,.0f} GPU-h idle while jobs pend, {idle['wide_gpu_h']:,.0f} of them while "
+                  f"a whole-node job pends (by the fewest GPUs a pending job asks, {fewest or 'none'})")
     checks = []
     if "lucid" not in rows:
         return checks
