@@ -153,6 +153,7 @@ class Partition:
     nodes: tuple = ()
     total_gpus: int = 0
     max_time_s: int | None = None  # MaxTime (None: UNLIMITED, or not said)
+    max_time: str = ""  # MaxTime as Slurm prints it, which tells UNLIMITED from a form not read
 
 
 @dataclass

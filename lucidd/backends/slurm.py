@@ -366,7 +366,8 @@ def parse_partitions(text: str, nodes: dict) -> dict:
             continue
         members = tuple(n for n, info in nodes.items() if name in info.partitions)
         out[name] = Partition(name, fields.get("State", "UP").upper() == "UP", members,
-                              sum(nodes[n].gpus for n in members), slurm_minutes_s(fields.get("MaxTime", "")))
+                              sum(nodes[n].gpus for n in members), slurm_minutes_s(fields.get("MaxTime", "")),
+                              fields.get("MaxTime", ""))
     return out
 
 
@@ -458,7 +459,10 @@ class SlurmBackend(Backend):
         return states
 
     def partition_names(self) -> set:
-        return set(parse_partitions(self.runner.run(["scontrol", "-o", "show", "partition"]), {}))
+        return set(self._partitions())
+
+    def _partitions(self) -> dict:
+        return parse_partitions(self.runner.run(["scontrol", "-o", "show", "partition"]), {})
 
     def controller_boot_time(self) -> int | None:
         value = self.controller_config().get("BOOT_TIME", "")
@@ -471,12 +475,7 @@ class SlurmBackend(Backend):
         return parse_controller_config(out)
 
     def partition_max_times(self) -> dict:
-        out = {}
-        for line in self.runner.run(["scontrol", "-o", "show", "partition"]).splitlines():
-            fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
-            if fields.get("PartitionName"):
-                out[fields["PartitionName"]] = fields.get("MaxTime", "")
-        return out
+        return {name: p.max_time for name, p in self._partitions().items()}
 
     def finished_jobs(self, since: int, until: int | None = None) -> list[dict]:
         def stamp(t):
