@@ -30,15 +30,16 @@ def _thousands(v, _pos=None) -> str:
 
 
 def plot_jct_cdf(results, path, title: str | None = None) -> str:
-    return _save(jct_cdf_figure(results, title), path)
+    return save_figure(jct_cdf_figure(results, title), path)
 
 
 def plot_timeline(results, path, origin_s: int | None = None, title: str | None = None) -> str:
-    return _save(timeline_figure(results, origin_s, title), path)
+    return save_figure(timeline_figure(results, origin_s, title), path)
 
 
-def _save(fig, path) -> str:
-    fig.savefig(path, dpi=110)
+def save_figure(fig, path, dpi: int = 110) -> str:
+    """Write `fig` as a PNG and free it (figures left open pile up in a long run); returns the path."""
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return os.fspath(path)
 

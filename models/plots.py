@@ -20,7 +20,10 @@ matplotlib.use("Agg")  # headless: the controller has no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from lucidd.plots import save_figure  # noqa: E402
+
 Y_LABEL = "contribution (log1p s)"
+DPI = 100  # a term figure is small; the overview's 3 columns stay under 1,600 px wide
 
 
 def _log_axis(values) -> bool:
@@ -149,13 +152,8 @@ def write_shape_plots(shapes: dict, folder: str, prefix: str, top: int = 12) -> 
     os.makedirs(folder, exist_ok=True)
     paths = []
     fig = overview_figure(shapes, top)
-    paths.append(_save(fig, os.path.join(folder, f"{prefix}_terms.png")))
+    paths.append(save_figure(fig, os.path.join(folder, f"{prefix}_terms.png"), dpi=DPI))
     for rank, term in enumerate(shapes["terms"], 1):
-        paths.append(_save(term_figure(term, rank), os.path.join(folder, f"{prefix}_{rank:02d}_{_slug(term['term'])}.png")))
+        paths.append(save_figure(term_figure(term, rank),
+                                 os.path.join(folder, f"{prefix}_{rank:02d}_{_slug(term['term'])}.png"), dpi=DPI))
     return paths
-
-
-def _save(fig, path) -> str:
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
