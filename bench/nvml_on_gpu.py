@@ -1,6 +1,6 @@
 """The NVML sampler and the packing decision on a real GPU, end to end. Needs a GPU and PyTorch.
 
-    python bench/nvml_on_gpu.py [--seconds 10] [--alone KINDS] [--pairs A+B,...] [--out DIR]
+    python bench/nvml_on_gpu.py [--seconds 10] [--alone KINDS] [--pairs A+B,...] [--out DIR] [--pid-namespaces]
 
 What a GPU node does for lucidd, without Slurm: PyTorch processes stand in for jobs (each has
 `SLURM_JOB_ID` and `SLURM_JOB_PARTITION` in its environment, as a Slurm job's processes do; with
@@ -19,6 +19,11 @@ Then lucidd's side: the profiling runs' rows read back as lucidd reads them
 memory. Printed: NVML's view (driver, GPUs, PIDs the driver gives against the workers' own), the
 sampler's per-job figures, the packing decisions, the co-location speeds, and the cost of one
 reading. Figures, not a test: the output goes in the session's note and docs/deploy.md.
+
+--pid-namespaces runs each stand-in in a PID namespace of its own (`unshare --pid --fork`, as a
+container without the host's PIDs holds a job): the sampler, on the host, must still find it by the
+PID NVML gives. It also runs a second `lucidd-sampler --once` in a PID namespace of its own (with
+its own /proc), which must warn that it cannot find jobs.
 """
 
 from __future__ import annotations
@@ -117,6 +122,7 @@ def worker(kind: str, seconds: float, out: str, go: str) -> None:
         step = _model_step(torch, spec[1], int(spec[2]))
     torch.cuda.synchronize()
     Path(out + ".ready").write_text("")
+    Path(out[:-len(".json")] + ".pid").write_text(json.dumps({"pid": os.getpid()}))
     while not os.path.exists(go):
         time.sleep(0.05)
     iters, start = 0, time.perf_counter()
@@ -131,15 +137,25 @@ def worker(kind: str, seconds: float, out: str, go: str) -> None:
                                      "pid": os.getpid()}))
 
 
-def run_phase(name, jobs, partition, seconds, tmp, watch=None):
-    """jobs: [(job_id, kind)]. Starts them, releases them together, waits; {job_id: result}."""
+def _unshare(pid_ns: bool, mount_proc: bool = False) -> list:
+    """The command prefix that starts a process in a PID namespace of its own (as root; else in a
+    user namespace too, where the kernel allows it), or none."""
+    if not pid_ns:
+        return []
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return ["unshare", *user, "--pid", "--fork", *(["--mount-proc"] if mount_proc else [])]
+
+
+def run_phase(name, jobs, partition, seconds, tmp, watch=None, pid_ns=False):
+    """jobs: [(job_id, kind)]. Starts them, releases them together, waits; {job_id: result}.
+    pid_ns: each job in a PID namespace of its own (its result's `pid` is then the one it sees)."""
     go = os.path.join(tmp, f"go-{name}")
     procs = []
     for job_id, kind in jobs:
         env = dict(os.environ, SLURM_JOB_ID=str(job_id), SLURM_JOB_PARTITION=partition)
         out = os.path.join(tmp, f"{name}-{job_id}.json")
         procs.append((job_id, out, subprocess.Popen(
-            [sys.executable, __file__, "--worker", kind, "--seconds", str(seconds), "--result", out, "--go", go],
+            [*_unshare(pid_ns), sys.executable, __file__, "--worker", kind, "--seconds", str(seconds), "--result", out, "--go", go],
             env=env)))
     deadline = time.time() + 120
     while not all(os.path.exists(o + ".ready") or p.poll() is not None for _, o, p in procs):
@@ -172,6 +188,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="", help="a folder to copy the sampler's SQLite database to")
     p.add_argument("--alone", default=DEFAULT_ALONE, help="kinds profiled alone (names of KINDS, or specs)")
     p.add_argument("--pairs", default=DEFAULT_PAIRS, help="pairs run together: A+B,...")
+    p.add_argument("--pid-namespaces", action="store_true",
+                   help="each stand-in in a PID namespace of its own (unshare), and a second sampler --once in one")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # one stand-in job (this script runs itself)
     p.add_argument("--result", help=argparse.SUPPRESS)
     p.add_argument("--go", help=argparse.SUPPRESS)
@@ -179,6 +197,16 @@ def main(argv=None) -> int:
     if args.worker:
         worker(args.worker, args.seconds, args.result, args.go)
         return 0
+
+    if args.pid_namespaces:
+        try:
+            probe = subprocess.run([*_unshare(True), "true"], capture_output=True, text=True)
+            why = "" if probe.returncode == 0 else (probe.stderr or probe.stdout).strip()[-300:] or f"rc {probe.returncode}"
+        except OSError as exc:  # no unshare (util-linux)
+            why = str(exc)
+        if why:
+            print("--pid-namespaces: cannot start a PID namespace here (unshare):", why)
+            return 2
 
     import pynvml
 
@@ -227,6 +255,24 @@ def main(argv=None) -> int:
         once = subprocess.run([sys.executable, "-m", "profiler.sampler_main", "--config", cfg_path, "--once"],
                               cwd=str(REPO), capture_output=True, text=True)
         print("  lucidd-sampler --once:", once.returncode, once.stdout.strip() or once.stderr.strip()[-400:])
+        if args.pid_namespaces:
+            # the jobs' own view of their PIDs, against NVML's above
+            # the PIDs above are unshare's; each worker is its child
+            kids = []
+            for pid in pids:
+                try:
+                    kids += Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+                except OSError:
+                    pass
+            mine = sorted(Path(tmp).glob("*.pid"), key=os.path.getmtime)[-len(pids):]
+            own = [json.loads(f.read_text()).get("pid") for f in mine]
+            print(f"  the workers' host PIDs (unshare's children) {kids}; their PIDs in their own namespaces {own}")
+            boxed = subprocess.run([*_unshare(True, mount_proc=True), sys.executable, "-m", "profiler.sampler_main",
+                                    "--config", cfg_path, "--once"], cwd=str(REPO), capture_output=True, text=True)
+            print("  lucidd-sampler --once in a PID namespace of its own:", boxed.returncode,
+                  "| stdout:", boxed.stdout.strip()[-300:] or "(none)")
+            for line in boxed.stderr.strip().splitlines()[-4:]:
+                print("    |", line[-300:])
 
     alone_kinds = [k for k in args.alone.split(",") if k]
     pair_kinds = [tuple(x.split("+", 1)) for x in args.pairs.split(",") if x]
@@ -239,12 +285,13 @@ def main(argv=None) -> int:
     for kind, job_id in alone_ids.items():
         print(f"profiling run: job {job_id} ({kind}) alone, {args.seconds:g} s")
         alone[kind] = run_phase(f"alone-{job_id}", [(job_id, kind)], "profiling", args.seconds, tmp,
-                                watch if job_id == 101 + len(alone_ids) - 1 else None)[job_id]
+                                watch if job_id == 101 + len(alone_ids) - 1 else None, args.pid_namespaces)[job_id]
     pairs = {}
     for k, (x, y) in enumerate(pair_kinds):
         a, b = 201 + 2 * k, 202 + 2 * k
         print(f"pair: job {a} ({x}) with job {b} ({y}), {args.seconds:g} s")
-        pairs[(x, y)] = run_phase(f"pair-{k}", [(a, x), (b, y)], "main", args.seconds, tmp)
+        pairs[(x, y)] = run_phase(f"pair-{k}", [(a, x), (b, y)], "main", args.seconds, tmp,
+                                  pid_ns=args.pid_namespaces)
     time.sleep(3)  # a last flush
     sampler.send_signal(signal.SIGTERM)
     try:

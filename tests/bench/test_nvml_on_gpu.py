@@ -100,3 +100,35 @@ def test_the_gpu_check_runs_end_to_end_on_stand_ins(tmp_path):
     # the pair's rows hold memory only, and the pair's speeds are reported
     assert "job 201 (main)" in out and "tiny + medium:" in out, out
     assert "one sampler reading" in out, out
+
+
+def _pid_namespace_allowed(*more) -> bool:
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    try:
+        return subprocess.run(["unshare", *user, "--pid", "--fork", *more, "true"],
+                              capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+def test_the_gpu_check_finds_jobs_in_pid_namespaces_of_their_own(tmp_path):
+    """--pid-namespaces: stand-ins in PID namespaces of their own (as in a container) are still found
+    by the sampler on the host, and a sampler in a namespace of its own warns. Where this machine
+    cannot make a PID namespace, the tool says so and stops (exit 2) instead of reporting nothing."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    (tmp_path / "pynvml.py").write_text(FAKE_PYNVML)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), LUCIDD_REPO=str(REPO))
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "nvml_on_gpu.py"), "--seconds", "2",
+                        "--interval", "0.1", "--alone", "tiny,medium", "--pairs", "", "--pid-namespaces"], env=env,
+                       capture_output=True, text=True, timeout=240)
+    out = r.stdout
+    if not _pid_namespace_allowed():
+        assert r.returncode == 2 and "cannot start a PID namespace here" in out, out + r.stderr
+        return
+    assert r.returncode == 0, out + r.stderr
+    assert "their PIDs in their own namespaces [1]" in out, out
+    assert "job 101 (tiny): samples" in out and "job 102 (medium): samples" in out, out
+    if _pid_namespace_allowed("--mount-proc"):  # the sampler in a namespace of its own needs its own /proc
+        assert "lucidd-sampler --once in a PID namespace of its own: 0" in out, out
+        assert "runs in a PID namespace of its own" in out, out
