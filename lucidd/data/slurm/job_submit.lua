@@ -11,8 +11,9 @@
 -- lucidd reads this line at its start and warns when the copy beside slurm.conf is older than the
 -- one it ships (an upgrade must copy this file again: docs/deploy.md, Upgrading). 2: users may not
 -- move jobs into profiling; the users lucidd runs as (LUCIDD_USERS) may move jobs. 3: GPU packing
--- (LUCIDD_PACKING).
-local LUCIDD_LUA_VERSION = 4
+-- (LUCIDD_PACKING). 4: jobs binding GPUs keep whole GPUs under packing. 5: users may not move jobs
+-- into the inbox.
+local LUCIDD_LUA_VERSION = 5
 
 -- GPU packing (docs/deploy.md, "GPU packing"): true turns every plain 1-GPU request into 2 shards
 -- of one GPU (a GPU of its own, as before), which lucidd may lower to 1 shard (it may then share
@@ -152,6 +153,11 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   -- there: a user's move into it would jump every queue (a --no-requeue job for good).
   if names(job_desc.partition, PROFILING) then
     return refuse("only lucidd moves jobs into '" .. PROFILING .. "'")
+  end
+  -- The inbox is DOWN while lucidd runs, and lucidd sends on only the jobs it routes through it:
+  -- a job moved back into it (it is the default partition) would wait there (an audit).
+  if names(job_desc.partition, INBOX) then
+    return refuse("only lucidd moves jobs into '" .. INBOX .. "'; submit with -p to choose a partition")
   end
   return slurm.SUCCESS
 end
