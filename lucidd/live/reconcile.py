@@ -437,9 +437,12 @@ class Reconciler:
             if self._backing_off(j.job_id, now):
                 continue
             missing = [p for p in r.target_partition.split(",") if p not in snap.partitions] if snap.partitions else []
-            if r.profile == "skipped" and not self.dry_run:  # back in the inbox after a requeue (_adopt)
-                direct.append((j.job_id, f"not profiled: back in {self.inbox} after a requeue "
-                                         f"(restart {j.restart_count}), to {r.target_partition}"))
+            if r.profile in ("skipped", "released") and not self.dry_run:  # back in the inbox (_adopt)
+                direct.append((j.job_id, (f"not profiled: back in {self.inbox} after a requeue "
+                                          f"(restart {j.restart_count}), to {r.target_partition}")
+                               if "after a requeue" in (r.profile_reason or "") else
+                               f"back in {self.inbox}, to {r.target_partition} again"
+                               + ("" if r.profile == "released" else " (not profiled)")))
             elif missing and not self.dry_run:
                 direct.append((j.job_id, f"not profiled: Slurm lists no partition {','.join(missing)}"))
             elif (beyond := self._beyond_partition(j, r, snap)) is not None:
@@ -627,7 +630,9 @@ class Reconciler:
           so Tprof and the 2 x Tprof withdrawal apply.
         * Recorded as out of the inbox but pending in it again: it started there while the inbox
           was open (lucidd stopped, the database down, `lucidd-failopen`) and Slurm requeued it
-          (node failure, preemption, `scontrol requeue`). It goes to its partition, unprofiled.
+          (node failure, preemption, `scontrol requeue`), or an admin moved it back (job_submit.lua
+          refuses a user's move into the inbox). It goes to its partition again, not profiled
+          again; a job admitted to profiling and moved before it started there goes unprofiled.
         * Recorded in profiling but found in its partition: `lucidd-failopen` (or lucidd while its
           database was down, or its owner) moved it out. It is released; if Slurm restarted it since
           the record, its requeue happened, and a requeue still recorded as planned or failed is
@@ -648,9 +653,23 @@ class Reconciler:
                 why = j.reason if j.reason in _CANNOT_RUN_THERE else f"it reported: {refused}"
                 r.profile_reason += _never_start_note(r.job_id, j.partition, why)
         elif r.phase == "released" and j.partition == self.inbox and j.pending:
-            r.phase, r.profile = "inbox", "skipped"
-            r.profile_reason = (f"not profiled: back in {self.inbox} after a requeue (restart {j.restart_count}; "
-                                f"it had started there while the inbox was open)")
+            # a profiled job was requeued once by lucidd (its restart count is one more than at admission)
+            requeued = j.restart_count > r.restarts + (1 if r.profile == "released" else 0)
+            r.phase, r.profile = "inbox", ("released" if r.profile == "released" else "skipped")
+            r.profile_reason = ((f"not profiled: back in {self.inbox} after a requeue (restart {j.restart_count}; "
+                                 f"it had started there while the inbox was open)") if requeued else
+                                (f"back in {self.inbox}, moved there without a record of it (by an admin, or its "
+                                 "owner where job_submit.lua allows it)"
+                                 + ("" if r.profile == "released" else "; not profiled")))
+        elif r.phase in ("profiling", "requeued") and j.partition == self.inbox and j.pending:
+            # moved from profiling into the inbox before its run (or its restart) there: no branch of
+            # the inbox's or profiling's would ever pick it up again (an audit)
+            profiled = r.profile == "requeued" or j.restart_count > r.restarts
+            r.phase, r.profile = "inbox", ("released" if profiled else "skipped")
+            r.profile_reason = (f"back in {self.inbox}, moved there from {self.profiling} without a record of it "
+                                "(by an admin, or its owner where job_submit.lua allows it)"
+                                + ("; its profiling run had been requeued" if profiled else
+                                   "; not profiled: it had not started there"))
         elif r.phase in ("profiling", "requeued") and j.partition and j.partition not in (self.inbox,
                                                                                           self.profiling):
             # any partition, managed or not: job_submit.lua routes every job through the inbox
@@ -704,7 +723,8 @@ class Reconciler:
         text = r.profile_reason or ""
         flagged = _NEVER_START_NOTE in text
         where = j.partition not in ("", self.inbox, self.profiling)
-        stuck = j.pending and j.reason in _CANNOT_RUN_THERE and where
+        # (a list lucidd set for lent GPUs is not the job's to change: lucidd clears it, _apply)
+        stuck = j.pending and j.reason in _CANNOT_RUN_THERE and where and not (r.lent and j.excluded_nodes)
         # a dependency that can no longer be met (afterok on a job that failed): Slurm keeps the job
         # for ever, as plain Slurm does, but lucidd ranked it as if it were waiting for GPUs
         orphan = j.pending and j.reason == "DependencyNeverSatisfied" and where
@@ -917,8 +937,9 @@ class Reconciler:
                    if jid in seen]
                 + [key("release", j.job_id, records, "profiled") for j in releasing]
                 + [key("profile", jid, records) for jid, _ in plan.profile]
-                + [key("release", jid, records, "direct", seen[jid].restart_count) for jid, _ in plan.release
-                   if jid in seen])
+                + [self._direct_key(jid, records, seen[jid]) for jid, _ in plan.release if jid in seen]
+                + [key("unexclude", jid, records, seen[jid].restart_count)
+                   for jid in self._steered_away(records, seen)])
         applied = self.store.applied_keys(keys)
         # Order first: a job lands in its partition with its SiteFactor already set. Jobs that share
         # a value share one call.
@@ -1075,11 +1096,12 @@ class Reconciler:
             from_profiling = j.partition == self.profiling and r.profile == "admitted" and r.profile_start is None
             if j.partition != self.inbox and not from_profiling and not self.dry_run:
                 continue
-            # a job withdrawn from borrowed GPUs leaves its ExcNodeList behind (one call per such job group)
-            clear = from_profiling and bool(j.excluded_nodes)
+            # a job withdrawn from borrowed GPUs (or moved back into the inbox from them) leaves its
+            # ExcNodeList behind (one call per such job group)
+            clear = (from_profiling or r.lent) and bool(j.excluded_nodes)
             args = {"partition": r.target_partition} | ({"excnodelist": ""} if clear else {})
             by_target.setdefault((r.target_partition, clear), []).append(
-                (key("release", jid, records, "direct", j.restart_count), jid, "release", args, reason))
+                (self._direct_key(jid, records, j), jid, "release", args, reason))
             reasons[jid] = reason
         for (target, clear), items in by_target.items():
             errors = {}
@@ -1087,7 +1109,10 @@ class Reconciler:
                 ids, target, exclude="" if clear else None), now, applied=applied, errors=errors)
             for jid in moved:
                 r = records[jid]
-                r.profile, r.phase, r.profile_reason, r.released_at = "skipped", "released", reasons[jid], now
+                r.profile = "released" if r.profile == "released" else "skipped"  # profiled before: it stays so
+                r.phase, r.profile_reason, r.released_at = "released", reasons[jid], now
+                if clear:
+                    r.lent = False
                 self._unmovable.pop(jid, None)
                 self._refused.pop(jid, None)
                 changed[jid] = r
@@ -1101,7 +1126,39 @@ class Reconciler:
                     pass
                 else:  # Slurm may have made the move all the same: the next cycle looks (_adopt)
                     self._refused[jid] = error
+        # A job steered onto lent GPUs (its ExcNodeList is lucidd's: a job with its owner's own
+        # --exclude is never profiled) and moved out of profiling by an admin or its owner before it
+        # started there keeps that list, which names the nodes of partitions someone waits in: its
+        # own, as a rule, where it would then never start (an audit: BadConstraints on idle nodes).
+        for jid in self._steered_away(records, seen):
+            j, r = seen[jid], records[jid]
+            item = (key("unexclude", jid, records, j.restart_count), jid, "release",
+                    {"partition": j.partition, "excnodelist": ""},
+                    f"the ExcNodeList lucidd set for a run on lent GPUs ({j.excluded_nodes}) cleared: the job was "
+                    f"moved from {self.profiling} to {j.partition} before it started there")
+            if self._act_batch([item], lambda ids, part=j.partition: self.backend.move(ids, part, exclude=""), now,
+                               applied=applied):
+                r.lent = False
+                r.profile_reason = (r.profile_reason or "") + "; the ExcNodeList lucidd had set for lent GPUs cleared"
+                changed[jid] = r
+                n += 1
         return n
+
+    def _steered_away(self, records: dict, seen: dict) -> list:
+        """Jobs lucidd admitted to lent GPUs that wait in a partition with its ExcNodeList still set."""
+        if self.dry_run:
+            return []
+        return [jid for jid, r in records.items()
+                if r.lent and r.phase == "released" and jid in seen and seen[jid].pending
+                and seen[jid].excluded_nodes and seen[jid].partition not in ("", self.inbox, self.profiling)]
+
+    def _direct_key(self, jid: int, records: dict, j: LiveJob) -> str:
+        """A release to the job's partition, once per incarnation and restart; a job back in the
+        inbox after a release is released again (its earlier release's time tells the two apart: an
+        admin's move back with no restart gave the same key, and the job was never sent on)."""
+        r = records.get(jid)
+        again = (f"after{r.released_at}",) if r is not None and r.released_at else ()
+        return self._key("release", jid, records, "direct", j.restart_count, *again)
 
     @staticmethod
     def _key(kind: str, job_id: int, records: dict, *detail) -> str:

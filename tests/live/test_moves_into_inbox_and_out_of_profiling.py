@@ -1,0 +1,172 @@
+"""Jobs an admin (or, where job_submit.lua allows it, their owner) moves where lucidd did not send
+them: back into the inbox, or out of profiling before their run there started. Each is found at the
+next cycle and sent on; none waits in the DOWN inbox, or behind an ExcNodeList lucidd set, for ever.
+Found by an audit (28 November 2026) on the real test cluster as well: the job sat in the inbox
+(PartitionDown), or in its partition (BadConstraints) with its nodes idle, while lucidd ran."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lucidd.backends.base import LiveJob, NodeGPUs
+from lucidd.live.config import config_from_dict
+from lucidd.live.reconcile import Reconciler, open_inbox
+from lucidd.live.store import Store
+from orchestrator.live import LucidDecider
+from tests.live.memslurm import Clock, MemSlurm
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    def build(**profiler):
+        cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                                "models": {"dir": str(tmp_path / "models")},
+                                "profiler": {"tprof_s": 600, **profiler}})
+        clock = Clock()
+        slurm = MemSlurm(clock)
+        store = Store(cfg.database.url).create()
+
+        def lucidd():
+            return Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
+
+        return cfg, clock, slurm, store, lucidd
+
+    return build
+
+
+def run_cycles(rec, clock, seconds, step=10):
+    for _ in range(int(seconds // step)):
+        clock.t += step
+        assert rec.cycle().ok
+
+
+def test_released_job_moved_back_into_inbox_is_released_again(cluster):
+    """A job lucidd released straight to its partition (here: a CPU job; any skip reason does) is
+    moved back into the inbox (`scontrol update jobid=N partition=inbox`: job_submit.lua refuses it to
+    users now, not to admins). Its release was keyed by restart count alone, so the second one was
+    taken as already made and never sent: the job waited in the DOWN inbox for ever."""
+    cfg, clock, slurm, store, lucidd = cluster()
+    rec = lucidd()
+    slurm.submit(20, partition="main", gpus=0)
+    run_cycles(rec, clock, 10)
+    assert slurm.jobs[20].partition == "main" and store.job(20).phase == "released"
+    slurm.jobs[20].partition = "inbox"  # the owner's scontrol update jobid=20 partition=inbox
+    run_cycles(rec, clock, 600)
+    assert slurm.jobs[20].partition == "main", (
+        f"job 20 still in {slurm.jobs[20].partition} after 10 min; record phase={store.job(20).phase!r}, "
+        f"reason={store.job(20).profile_reason!r}; moves sent: {slurm.job_calls(20)}")
+    r = store.job(20)
+    assert r.phase == "released" and r.profile == "skipped", (r.phase, r.profile)
+    assert "back in inbox, to main again" in r.profile_reason and "after a requeue" not in r.profile_reason, \
+        r.profile_reason
+    # and a third time: each return is a new release
+    slurm.jobs[20].partition = "inbox"
+    run_cycles(rec, clock, 20)
+    assert slurm.jobs[20].partition == "main"
+
+
+def test_released_job_moved_back_into_inbox_is_released_after_a_restart_too(cluster):
+    """Same, across a lucidd restart (the keys are in the database)."""
+    cfg, clock, slurm, store, lucidd = cluster()
+    rec = lucidd()
+    slurm.submit(21, partition="main", gpus=1, comment="lucid:noprofile")
+    run_cycles(rec, clock, 10)
+    assert slurm.jobs[21].partition == "main"
+    slurm.jobs[21].partition = "inbox"
+    rec = lucidd()
+    run_cycles(rec, clock, 600)
+    assert slurm.jobs[21].partition == "main", (slurm.jobs[21].partition, store.job(21).phase,
+                                                store.job(21).profile_reason)
+
+
+def test_admitted_job_moved_from_profiling_into_inbox_is_not_left_there(cluster):
+    """A job admitted to profiling and not yet started there is moved into the inbox. Its record
+    said phase profiling, and nothing picked it up again (the inbox's jobs are phase-inbox records,
+    the 2 x Tprof withdrawal looks in profiling only): it goes to its partition, unprofiled."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False)
+    rec = lucidd()
+    slurm.submit(30, partition="main", gpus=1)
+    run_cycles(rec, clock, 10)
+    assert slurm.jobs[30].partition == "profiling" and store.job(30).phase == "profiling"
+    slurm.jobs[30].partition = "inbox"  # the owner's scontrol update jobid=30 partition=inbox
+    run_cycles(rec, clock, 3 * 3600)  # well past room_wait (2 x Tprof)
+    assert slurm.jobs[30].partition == "main", (
+        f"job 30 still in {slurm.jobs[30].partition} after 3 h; record phase={store.job(30).phase!r}, "
+        f"reason={store.job(30).profile_reason!r}")
+    r = store.job(30)
+    assert (r.phase, r.profile) == ("released", "skipped") and "(not profiled)" in r.profile_reason, r
+
+
+def test_a_requeued_profiling_run_moved_into_the_inbox_goes_to_its_partition_as_profiled(cluster):
+    """The same move of a job whose profiling run lucidd requeued (it waits in profiling for its
+    restart): it goes to its partition, and stays counted as profiled (its figures were taken)."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    rec = lucidd()
+    slurm.submit(31, partition="main", gpus=1)
+    run_cycles(rec, clock, 10)
+    assert slurm.jobs[31].partition == "profiling"
+    slurm.start(31)
+    for _ in range(70):  # to Tprof, one cycle at a time: lucidd requeues the run
+        run_cycles(rec, clock, 10)
+        if store.job(31).profile == "requeued":
+            break
+    assert store.job(31).profile == "requeued" and slurm.jobs[31].partition == "profiling", store.job(31)
+    slurm.jobs[31].partition = "inbox"  # moved before lucidd sends it on
+    run_cycles(rec, clock, 20)
+    assert slurm.jobs[31].partition == "main"
+    r = store.job(31)
+    assert r.profile == "released" and r.profile_reason == "back in inbox, to main again", r.profile_reason
+
+
+@pytest.fixture
+def lent_then_moved(tmp_path):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")},
+                            "profiler": {"tprof_s": 600, "lend_idle_gpus": True, "skip_when_free": False}})
+    clock = Clock()
+    slurm = MemSlurm(clock, partitions=("inbox", "profiling", "main", "research"))
+    # gpu1: main's node (idle, nobody waits in main); gpu2: research's node (full, a job waits there)
+    slurm.nodes = {"gpu1": NodeGPUs("gpu1", 8, 0, "IDLE", ("inbox", "profiling", "main")),
+                   "gpu2": NodeGPUs("gpu2", 8, 8, "ALLOCATED", ("inbox", "profiling", "research"))}
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
+    # a job already waiting in research (seen there: lucidd records it as released)
+    slurm.jobs[1] = LiveJob(1, partition="research", gpus=8, submit_time=int(clock()), reason="Resources",
+                            comment="lucid:noprofile")
+    slurm.submit(40, partition="research", gpus=1)
+    run_cycles(rec, clock, 10)
+    j = slurm.jobs[40]
+    assert j.partition == "profiling" and j.excluded_nodes == "gpu2", (j.partition, j.excluded_nodes)
+    assert store.job(40).lent
+    # Slurm has not started it yet (no CPUs free on gpu1, say); its owner moves it to research:
+    # `scontrol update jobid=40 partition=research` (job_submit.lua allows a move out of profiling)
+    j.partition, j.reason = "research", "BadConstraints"
+    return cfg, clock, slurm, store, rec
+
+
+def test_a_lent_job_moved_out_of_profiling_gets_its_excnodelist_cleared(lent_then_moved):
+    cfg, clock, slurm, store, rec = lent_then_moved
+    run_cycles(rec, clock, 600)
+    j = slurm.jobs[40]
+    assert "gpu2" not in j.excluded_nodes, (
+        f"job 40 pends in {j.partition} with ExcNodeList={j.excluded_nodes!r} (all of research's nodes) "
+        f"for good; lucidd's record: {store.job(40).profile_reason!r}")
+
+
+def test_the_cleared_excnodelist_is_recorded_and_cleared_once(lent_then_moved):
+    """The clearing is an action of its own (lucidctl explain shows it), made once: a list the job's
+    owner sets afterwards is theirs, and the fail-open leaves the job where it is."""
+    cfg, clock, slurm, store, rec = lent_then_moved
+    run_cycles(rec, clock, 10)
+    r = store.job(40)
+    assert not r.lent and "ExcNodeList lucidd had set for lent GPUs cleared" in r.profile_reason, r
+    assert "may never start" not in r.profile_reason, r.profile_reason
+    acts = [a for a in store.actions_for(40) if a.key.startswith("unexclude:")]
+    assert [(a.kind, a.status, json.loads(a.args)) for a in acts] == [("release", "applied",
+                                                           {"partition": "research", "excnodelist": ""})], acts
+    slurm.jobs[40].excluded_nodes = "gpu9"  # its owner's own, later
+    run_cycles(rec, clock, 60)
+    assert slurm.jobs[40].excluded_nodes == "gpu9"
+    open_inbox(slurm, cfg, "lucidd-failopen --force")
+    assert slurm.jobs[40].partition == "research" and slurm.jobs[40].excluded_nodes == "gpu9"
