@@ -189,6 +189,9 @@ def free_gpus_wanted(order, running, cluster) -> str | None:
     return None
 
 
+MAX_ESTIMATE_S = 1e12  # ~31,700 years: above any real estimate, and finite
+
+
 def _size(job) -> float:
     """estimate x GPUs in GPU-seconds, at least 1 (so its log is defined). A missing or invalid
     estimate (None, NaN, <= 0) counts as 1 s: a NaN key would corrupt the sorted queue. Backends
@@ -196,7 +199,9 @@ def _size(job) -> float:
     est = job.estimate
     if est is None or not est > 0:  # `not est > 0` is also true for NaN
         est = 1.0
-    return max(float(est) * job.gpu_num, 1.0)
+    # an infinite estimate (a model's overflow) ranks last, with a finite key: log2(inf) made the
+    # live SiteFactor's int() raise every cycle (an audit)
+    return max(min(float(est), MAX_ESTIMATE_S) * job.gpu_num, 1.0)
 
 
 def _submitted(job) -> int:

@@ -179,3 +179,16 @@ def test_priority_text_of_a_job_without_gpus_says_why_it_is_first():
     j8 = Job(2, "a", 8, 0, 5, 2)
     j8.estimate = 5.0
     assert "= estimate x GPUs" in pol.priority_text(j8, 100)
+
+
+def test_an_infinite_estimate_ranks_last_with_a_finite_site_factor():
+    """A model that overflows gives inf: the job ranks last, and the live SiteFactor (an int) is still
+    computed (int(round(inf)) raised OverflowError at every cycle)."""
+    from orchestrator.live import site_factor
+
+    huge, small = job("huge", 1, 100), job("small", 1, 100)
+    huge.estimate = float("inf")
+    policy = LucidPolicy()
+    assert sorted([huge, small], key=policy.pending_key) == [small, huge]
+    value, starving = site_factor(policy, huge, now=200, points_per_doubling=1000)
+    assert not starving and 2 <= value < site_factor(policy, small, now=200, points_per_doubling=1000)[0]
