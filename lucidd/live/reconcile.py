@@ -295,7 +295,13 @@ class Reconciler:
                      profile="pending" if phase == "inbox" else "skipped",
                      profile_reason="" if phase == "inbox" else f"first seen in partition {j.partition}",
                      restarts=j.restart_count)
-        if j.partition == self.profiling:  # seen in profiling before lucidd recorded it (crash window)
+        if j.partition == self.profiling and j.pending and j.restart_count > 0:
+            # a requeued run waiting in profiling, and no record of it (a database lost or replaced):
+            # it had its run, so it is released as a requeued one is, not profiled a second time
+            row.phase, row.profile, row.restarts, row.requeued_at = "requeued", "requeued", j.restart_count - 1, \
+                j.submit_time or now  # Slurm resets the submit time to the requeue's
+            row.profile_reason = "found requeued in the profiling partition at start-up, with no record of its run"
+        elif j.partition == self.profiling:  # seen in profiling before lucidd recorded it (crash window)
             row.phase, row.profile = "profiling", "admitted"
             row.profile_reason = "found in the profiling partition at start-up"
         return row

@@ -119,6 +119,22 @@ def test_a_requeued_profiling_run_moved_into_the_inbox_goes_to_its_partition_as_
     assert r.profile == "released" and r.profile_reason == "back in inbox, to main again", r.profile_reason
 
 
+def test_a_requeued_run_found_in_profiling_without_a_record_is_released_not_profiled_again(cluster):
+    """lucidd's database lost (or replaced) while a requeued profiling run waits in profiling for its
+    restart: found there with no record, it was taken as admitted: on the test cluster it ran a
+    second profiling run once its BeginTime passed (the audit); here it was withdrawn as a job its
+    owner had delayed. It is a requeued run, released as one."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    slurm.jobs[50] = LiveJob(50, partition="profiling", gpus=1, submit_time=int(clock()), state="PENDING",
+                             reason="BeginTime", restart_count=1, admin_comment="lucid:partition=main")
+    rec = lucidd()
+    run_cycles(rec, clock, 20)
+    assert slurm.jobs[50].partition == "main", slurm.job_calls(50)
+    r = store.job(50)
+    assert (r.phase, r.profile) == ("released", "released"), (r.phase, r.profile, r.profile_reason)
+    assert not any(c[0] == "requeue" for c in slurm.job_calls(50))
+
+
 @pytest.fixture
 def lent_then_moved(tmp_path):
     cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
