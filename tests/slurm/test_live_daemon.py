@@ -522,8 +522,8 @@ def test_a_job_requeued_into_the_closed_inbox_goes_to_its_partition(clean_cluste
 def test_job_submit_lua_keeps_users_out_of_the_inbox_exits_and_out_of_profiling(clean_cluster):
     """The guard in job_submit.lua, as a user meets it (no lucidd running): a job waiting in the
     inbox cannot be moved out by its owner, nor any job into profiling (it starts before every
-    queue) or back into the inbox (the default partition, DOWN while lucidd runs: an audit found
-    such a job left there); a move between the site's own partitions is the user's. Slurm 22.05 drops the script's
+    queue) or out of it, or back into the inbox (the default partition, DOWN while lucidd runs: an
+    audit found such jobs left there); a move between the site's own partitions is the user's. Slurm 22.05 drops the script's
     message in job_modify, so the user reads the error code's text (the admin trial)."""
     def as_nobody(*argv):
         return subprocess.run(["runuser", "-u", "nobody", "--", *argv], capture_output=True, text=True, timeout=60)
@@ -546,6 +546,12 @@ def test_job_submit_lua_keeps_users_out_of_the_inbox_exits_and_out_of_profiling(
             out = as_nobody("scontrol", "update", f"jobid={job}", f"partition={into}")
             assert out.returncode != 0 and "Access/permission denied" in out.stderr, out
         assert [j["partition"] for j in squeue() if j["job_id"] == job] == ["research"]
+        # waiting in profiling (lucidd's move): its owner cannot take it out (lucidd's ExcNodeList
+        # for lent GPUs would go with it)
+        sh("scontrol", "update", f"jobid={job}", "partition=profiling")
+        out = as_nobody("scontrol", "update", f"jobid={job}", "partition=research")
+        assert out.returncode != 0 and "Access/permission denied" in out.stderr, out
+        assert [j["partition"] for j in squeue() if j["job_id"] == job] == ["profiling"]
     finally:
         sh("scancel", str(job), check=False)
     # the user the shipped unit runs lucidd as (`slurm`, job_submit.lua's LUCIDD_USERS) moves jobs out

@@ -12,7 +12,7 @@
 -- one it ships (an upgrade must copy this file again: docs/deploy.md, Upgrading). 2: users may not
 -- move jobs into profiling; the users lucidd runs as (LUCIDD_USERS) may move jobs. 3: GPU packing
 -- (LUCIDD_PACKING). 4: jobs binding GPUs keep whole GPUs under packing. 5: users may not move jobs
--- into the inbox.
+-- into the inbox, nor jobs waiting in profiling out of it.
 local LUCIDD_LUA_VERSION = 5
 
 -- GPU packing (docs/deploy.md, "GPU packing"): true turns every plain 1-GPU request into 2 shards
@@ -148,6 +148,12 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   if job_rec.partition == INBOX then
     return refuse("lucidd manages the partition of jobs waiting in '" .. INBOX ..
                   "'; cancel and resubmit with -p to change it")
+  end
+  -- A job waiting in profiling goes to its partition within 2 x Tprof; moved out by its owner, it
+  -- would keep the ExcNodeList lucidd may have set there (which names its own partition's nodes)
+  -- while lucidd is not running to clear it (an audit).
+  if job_rec.partition == PROFILING then
+    return refuse("lucidd moves jobs waiting in '" .. PROFILING .. "' to their partition")
   end
   -- Profiling runs before every queue (PriorityTier) and lucidd requeues what it did not admit
   -- there: a user's move into it would jump every queue (a --no-requeue job for good).
