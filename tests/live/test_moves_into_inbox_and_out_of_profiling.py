@@ -6,6 +6,9 @@ Found by an audit (28 November 2026) on the real test cluster as well: the job s
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -186,3 +189,34 @@ def test_the_cleared_excnodelist_is_recorded_and_cleared_once(lent_then_moved):
     assert slurm.jobs[40].excluded_nodes == "gpu9"
     open_inbox(slurm, cfg, "lucidd-failopen --force")
     assert slurm.jobs[40].partition == "research" and slurm.jobs[40].excluded_nodes == "gpu9"
+
+
+# ----- job_submit.lua's guard on partition changes (lua5.1, as slurmctld runs the script) ---------
+
+LUA = str(Path(__file__).resolve().parents[2] / "lucidd" / "data" / "slurm" / "job_submit.lua")
+MODIFY_STUB = r'''
+slurm = {SUCCESS=0, ERROR=-1, NO_VAL=4294967294, ESLURM_ACCESS_DENIED=2002,
+  log_user=function(...) end, log_info=function(...) end}
+assert(loadstring(io.open(arg[1]):read("*a")))()
+io.write(slurm_job_modify({partition=arg[3]}, {partition=arg[2]}, {}, tonumber(arg[4])), "\n")
+'''
+
+
+@pytest.mark.parametrize("now_in,to,uid,allowed", [
+    ("research", "inbox", 1000, False),  # back into the (default, DOWN) inbox
+    ("main", "inbox,main", 1000, False),
+    ("profiling", "research", 1000, False),  # out of profiling while it waits there
+    ("inbox", "main", 1000, False),  # out of the inbox (version 1)
+    ("main", "profiling", 1000, False),  # into profiling (version 2)
+    ("main", "research", 1000, True),  # between the site's own partitions: the user's
+    ("research", "inbox", 0, True),  # root (an admin; lucidd sends such a job on)
+    ("profiling", "main", 0, True),  # lucidd's own release
+])
+def test_lua_refuses_users_moves_into_the_inbox_and_out_of_profiling(tmp_path, now_in, to, uid, allowed):
+    if shutil.which("lua5.1") is None:
+        pytest.skip("lua5.1 not installed (scripts/testcluster.sh install brings it)")
+    stub = tmp_path / "modify.lua"
+    stub.write_text(MODIFY_STUB)
+    out = subprocess.run(["lua5.1", str(stub), LUA, now_in, to, str(uid)], capture_output=True, text=True,
+                         check=True).stdout
+    assert (int(out) == 0) == allowed, (now_in, to, uid, out)

@@ -31,7 +31,7 @@ local TAG = "lucid:partition="
 
 local function unset(v) return v == nil or v == "" end
 
--- Who may move jobs out of the inbox and into profiling: root and the users lucidd and
+-- Who may move jobs out of the inbox and into and out of profiling: root and the users lucidd and
 -- lucidd-failopen run as (systemd/lucidd.service `User=`: SlurmUser, `slurm` on Debian). Names
 -- are looked up in /etc/passwd each time slurmctld loads this file; put a numeric uid in
 -- LUCIDD_UIDS for a user that is not a local one. A user missing here gets lucidd's every move
