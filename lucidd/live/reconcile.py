@@ -1142,12 +1142,15 @@ class Reconciler:
                     {"partition": j.partition, "excnodelist": ""},
                     f"the ExcNodeList lucidd set for a run on lent GPUs ({j.excluded_nodes}) cleared: the job was "
                     f"moved from {self.profiling} to {j.partition} before it started there")
-            if self._act_batch([item], lambda ids, part=j.partition: self.backend.move(ids, part, exclude=""), now,
-                               applied=applied):
-                r.lent = False
+            done = self._act_batch([item], lambda ids, part=j.partition: self.backend.move(ids, part, exclude=""),
+                                   now, applied=applied)
+            # tried once (a transient error raised above: tried again next cycle); refused for good, the
+            # list stays, and the job is flagged if Slurm says it may never start (_flag_cannot_run)
+            r.lent = False
+            if done:
                 r.profile_reason = (r.profile_reason or "") + "; the ExcNodeList lucidd had set for lent GPUs cleared"
-                changed[jid] = r
                 n += 1
+            changed[jid] = r
         return n
 
     def _steered_away(self, records: dict, seen: dict) -> list:

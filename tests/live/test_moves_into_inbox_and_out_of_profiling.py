@@ -173,6 +173,19 @@ def test_a_lent_job_moved_out_of_profiling_gets_its_excnodelist_cleared(lent_the
         f"for good; lucidd's record: {store.job(40).profile_reason!r}")
 
 
+def test_a_refused_clearing_is_not_retried_and_the_job_is_flagged(lent_then_moved):
+    """Slurm refuses the clearing for good: lucidd does not ask again every cycle, and the job is
+    flagged as one Slurm may never start there, with what an admin can do."""
+    cfg, clock, slurm, store, rec = lent_then_moved
+    # (message, transient, applied): a permanent refusal that changed nothing
+    slurm.fail[("move", 40)] = ("Requested partition configuration not available now", False, False)
+    run_cycles(rec, clock, 60)
+    moves = [c for c in slurm.job_calls(40) if c[0] == "move"]
+    assert len(moves) == 2, moves  # lucidd's admission, and one try at clearing
+    r = store.job(40)
+    assert not r.lent and "may never start" in r.profile_reason, r.profile_reason
+
+
 def test_the_cleared_excnodelist_is_recorded_and_cleared_once(lent_then_moved):
     """The clearing is an action of its own (lucidctl explain shows it), made once: a list the job's
     owner sets afterwards is theirs, and the fail-open leaves the job where it is."""
