@@ -287,8 +287,12 @@ slurm = {SUCCESS=0, ERROR=-1, NO_VAL=4294967294, ESLURM_ACCESS_DENIED=2002,
 local src = io.open(arg[1]):read("*a")
 src = src:gsub("local LUCIDD_PACKING = false", "local LUCIDD_PACKING = true")
 assert(loadstring(src))()
-local d = {min_nodes=4294967294, max_nodes=4294967294}
-for i = 2, #arg, 2 do d[arg[i]] = tonumber(arg[i+1]) or arg[i+1] end
+local d = {min_nodes=4294967294, max_nodes=4294967294, script="#!/bin/bash\n#SBATCH --gres=gpu:1\npython train.py\n",
+           environment={}}
+for i = 2, #arg, 2 do
+  local k, v = arg[i], tonumber(arg[i+1]) or arg[i+1]
+  if string.sub(k, 1, 4) == "env." then d.environment[string.sub(k, 5)] = v else d[k] = v end
+end
 local rc = slurm_job_submit(d, {}, 1000)
 io.write(rc, "|", tostring(d.tres_per_node), "|", tostring(d.tres_per_job), "\n")
 '''
@@ -393,8 +397,16 @@ def test_dry_run_records_a_shard_change_once_not_every_cycle(tmp_path):
 
 @pytest.mark.parametrize("fields,converted", [
     ({"tres_per_node": "gres:gpu:1"}, True),
-    ({"tres_per_job": "gres:gpu:1"}, True),  # one task: one node
-    ({"tres_per_job": "gres:gpu:1", "num_tasks": 4, "max_nodes": 1}, True),  # -N1 -n4 --gpus=1
+    # kept on their GPU (an audit on the test cluster: each FAILED as shards, its srun steps refused)
+    ({"tres_per_job": "gres:gpu:1"}, False),  # --gpus=1: sbatch exports SLURM_GPUS, srun reads it
+    ({"tres_per_job": "gres:gpu:1", "num_tasks": 4, "max_nodes": 1}, False),
+    ({"tres_per_node": "gres:gpu:1", "env.SLURM_GPUS_PER_NODE": "1"}, False),  # --gpus-per-node=1
+    ({"tres_per_node": "gres:gpu:1", "script": ""}, False),  # srun/salloc: an interactive allocation
+    ({"tres_per_node": "gres:gpu:1", "script": "#!/bin/bash\nsrun --gres=gpu:1 python train.py\n"}, False),
+    ({"tres_per_node": "gres:gpu:1", "script": "#!/bin/sh\nsrun --gpus-per-task=1 -n1 ./a.out\n"}, False),
+    ({"tres_per_node": "gres:gpu:1", "script": "#!/bin/sh\nsrun -G 1 ./a.out\n"}, False),
+    ({"tres_per_node": "gres:gpu:1", "script": "#!/bin/sh\n#SBATCH --gres=gpu:1\nsrun ./a.out\n"}, True),
+    ({"tres_per_node": "gres:gpu:1", "comment": "lucid:noprofile"}, False),  # never profiled, never lowered
     ({"tres_per_node": "gres:gpu:2"}, False),
     ({"tres_per_node": "gres:gpu:1", "min_nodes": 2, "max_nodes": 2}, False),
     ({"tres_per_node": "gres:gpu:1", "mem_per_tres": "gres:gpu:1024"}, False),
@@ -468,7 +480,9 @@ def test_explain_gives_the_time_limit_rule_from_the_limit_slurm_showed(packing_c
     _cycles(rec, clock, 10)
     assert store.job(5).time_limit_s == 60 and store.job(5).estimate_s
     k = explain_data(cfg, store, 5)["packing"]
-    assert not k["may_share"] and k["class"] == "Tiny" and "its time limit, 60 s, is too close" in k["blocker"]
+    # (no history here: its estimate is the constant default, so the limit alone keeps its GPU)
+    assert store.job(5).estimate_source == "default"
+    assert not k["may_share"] and k["class"] == "Tiny" and "it has a time limit (60 s)" in k["blocker"]
     slurm.jobs[5].time_limit_s = None  # the limit taken away (scontrol update timelimit=UNLIMITED)
     _cycles(rec, clock, 10)
     assert store.job(5).time_limit_s is None and explain_data(cfg, store, 5)["packing"]["may_share"]
@@ -482,7 +496,10 @@ def test_a_job_whose_limit_leaves_no_room_for_sharing_keeps_its_gpu():
 
     # the default rule: Tiny below 15 %, GSS 1: a partner leaves a job 1 / 1.15 = 0.87 of its speed
     assert limit_blocker(3000, 3600, CFG) is None and limit_blocker(3000, None, CFG) is None
-    assert limit_blocker(None, 60, CFG) is None
+    # no estimate of its own (none yet, or the constant default): a job with a limit keeps its GPU
+    assert "no estimate of its own" in limit_blocker(None, 60, CFG)
+    assert "no estimate of its own" in limit_blocker(3000, 4800, CFG, "default")
+    assert limit_blocker(3000, 4800, CFG, "ebm:v1") is None and limit_blocker(3000, None, CFG, "default") is None
     assert "too close" in limit_blocker(3200, 3600, CFG) and "0.87 of its speed" in limit_blocker(3200, 3600, CFG)
     # Medium partners (GSS 2, 3): up to 60 %, 1 / 1.6 = 0.625 (two ResNet-18s at 53 % kept 0.65 on an H200)
     medium = LivePackingConfig(gss=3, gpu_memory_mib=24576)
@@ -567,3 +584,44 @@ def test_a_replay_with_packing_needs_the_gpu_memory_set():
     with pytest.raises(ConfigError, match="a replay needs it set"):
         LucidOnSlurm([], spec, live_config({"packing": {"enabled": True}}))
     assert LucidOnSlurm([], spec, live_config({"packing": {"enabled": True, "gpu_memory_mib": 24576}})).pack
+
+
+MODIFY_STUB = r"""
+slurm = {SUCCESS=0, ERROR=-1, NO_VAL=4294967294, ESLURM_ACCESS_DENIED=2002,
+  log_user=function(...) end, log_info=function(...) end}
+local src = io.open(arg[1]):read("*a")
+if arg[2] == "on" then src = src:gsub("local LUCIDD_PACKING = false", "local LUCIDD_PACKING = true") end
+assert(loadstring(src))()
+local rec, d = {partition="main"}, {min_nodes=4294967294, max_nodes=4294967294}
+for i = 4, #arg, 2 do
+  local k, v = arg[i], tonumber(arg[i+1]) or arg[i+1]
+  if string.sub(k, 1, 4) == "rec." then rec[string.sub(k, 5)] = v else d[k] = v end
+end
+io.write(slurm_job_modify(d, rec, {}, tonumber(arg[3])), "\n")
+"""
+SHARD_JOB = {"rec.tres_per_node": "gres:shard:2", "rec.admin_comment": "lucid:orig=tres_per_node=gres:gpu:1"}
+
+
+@pytest.mark.parametrize("packing,fields,allowed", [
+    # packing turned off with converted jobs left (docs/deploy.md, "Turning it off"): the guard holds
+    ("off", {**SHARD_JOB, "tres_per_node": ""}, False),  # `scontrol update trespernode=`: notes G.3.3
+    ("off", {**SHARD_JOB, "tres_per_node": "gres:shard:1"}, False),
+    ("on", {**SHARD_JOB, "tres_per_node": ""}, False),
+    ("off", {"rec.tres_per_node": "gres:gpu:1", "tres_per_node": "gres:gpu:2"}, True),  # no shards: the user's
+    # more nodes would give a 1-shard job a shared GPU on each, unjudged (an audit)
+    ("off", {**SHARD_JOB, "min_nodes": 2, "max_nodes": 2}, False),
+    ("on", {**SHARD_JOB, "min_nodes": 1, "max_nodes": 1}, True),
+    ("off", {**SHARD_JOB, "time_limit": 5}, True),  # anything else is the user's
+])
+def test_lua_guards_a_job_of_shards_whatever_lucidd_packing_says(tmp_path, packing, fields, allowed):
+    if shutil.which("lua5.1") is None:
+        pytest.skip("lua5.1 not installed (scripts/testcluster.sh install brings it)")
+    stub = tmp_path / "modify.lua"
+    stub.write_text(MODIFY_STUB)
+    args = [str(x) for kv in fields.items() for x in kv]
+    out = subprocess.run(["lua5.1", str(stub), LUA, packing, "1000", *args], capture_output=True, text=True,
+                         check=True).stdout
+    assert (int(out) == 0) == allowed, (packing, fields, out)
+    root = subprocess.run(["lua5.1", str(stub), LUA, packing, "0", *args], capture_output=True, text=True,
+                          check=True).stdout
+    assert int(root) == 0  # root (and lucidd) may

@@ -12,7 +12,9 @@
 -- one it ships (an upgrade must copy this file again: docs/deploy.md, Upgrading). 2: users may not
 -- move jobs into profiling; the users lucidd runs as (LUCIDD_USERS) may move jobs. 3: GPU packing
 -- (LUCIDD_PACKING). 4: jobs binding GPUs keep whole GPUs under packing. 5: users may not move jobs
--- into the inbox, nor jobs waiting in profiling out of it.
+-- into the inbox, nor jobs waiting in profiling out of it; packing keeps interactive, --gpus and
+-- --gpus-per-node jobs, scripts whose steps ask for GPUs and lucid:noprofile jobs on their GPUs; the
+-- guard on a job of shards holds after packing is turned off, and refuses node count changes.
 local LUCIDD_LUA_VERSION = 5
 
 -- GPU packing (docs/deploy.md, "GPU packing"): true turns every plain 1-GPU request into 2 shards
@@ -65,8 +67,21 @@ end
 local function set(v) return v ~= nil and v ~= slurm.NO_VAL end
 local NO_VAL16 = 65534  -- an unset 16-bit count (slurm.h NO_VAL16), as ntasks_per_tres arrives
 
--- A plain 1-GPU request (--gres=gpu:1, --gpus-per-node=1 or --gpus=1, one node, no per-GPU CPU or
--- memory, no type) becomes 2 shards of one GPU; anything else is left as it was asked for.
+-- Whether a batch script asks for GPUs in its own steps (`srun --gres=gpu:1`, `--gpus=1`,
+-- `--gpus-per-task=1`, ... outside its #SBATCH lines): inside a job of shards such a step is refused
+-- ("Invalid generic resource"), and the job fails (an audit, on the test cluster).
+local function steps_ask_for_gpus(script)
+  for line in string.gmatch(script or "", "[^\n]+") do
+    if not string.find(line, "^%s*#") and (string.find(line, "%-%-gres[= ]%S*gpu")
+       or string.find(line, "%-%-gpus") or string.find(line, "%-%-gpu%-") or string.find(line, "%-G%s*%d")) then
+      return true
+    end
+  end
+  return false
+end
+
+-- A plain 1-GPU batch request (--gres=gpu:1, one node, no per-GPU CPU or memory, no type, steps that
+-- name no GPU) becomes 2 shards of one GPU; anything else is left as it was asked for.
 local function to_shards(job_desc)
   if mentions(job_desc.tres_per_node, "shard") or mentions(job_desc.tres_per_job, "shard")
      or mentions(job_desc.tres_per_task, "shard") or mentions(job_desc.tres_per_socket, "shard") then
@@ -78,8 +93,21 @@ local function to_shards(job_desc)
   local tpn, tpj = job_desc.tres_per_node, job_desc.tres_per_job
   local field
   if tpn == ONE_GPU and unset(tpj) then field = "tres_per_node"
-  elseif tpj == ONE_GPU and unset(tpn) then field = "tres_per_job"
   else return slurm.SUCCESS end
+  -- Kept on its GPU (an audit on the test cluster: each of these jobs FAILED as shards):
+  --  * an interactive allocation (srun, salloc: no script): its step asks for the GPU again, and it
+  --    is never profiled, so never lowered;
+  --  * --gpus=1 or --gpus-per-node=1: sbatch exports SLURM_GPUS / SLURM_GPUS_PER_NODE, which every
+  --    srun in the script reads as a GPU request of its step (--gpus-per-node=1 looks like
+  --    --gres=gpu:1 here but for that variable);
+  --  * a script whose steps ask for GPUs themselves;
+  --  * a job its owner keeps out of profiling (lucid:noprofile): never lowered, nothing to gain.
+  local env = job_desc.environment
+  if unset(job_desc.script) or steps_ask_for_gpus(job_desc.script)
+     or mentions(job_desc.comment, "lucid:noprofile")
+     or (type(env) == "table" and (env.SLURM_GPUS_PER_NODE ~= nil or env.SLURM_GPUS ~= nil)) then
+    return slurm.SUCCESS
+  end
   if not (unset(job_desc.tres_per_task) and unset(job_desc.tres_per_socket)
           and unset(job_desc.cpus_per_tres) and unset(job_desc.mem_per_tres)) then
     return slurm.SUCCESS            -- their per-GPU figures name gpu: Slurm would reject shards
@@ -92,14 +120,8 @@ local function to_shards(job_desc)
      or (set(job_desc.ntasks_per_tres) and job_desc.ntasks_per_tres ~= NO_VAL16) then
     return slurm.SUCCESS
   end
-  local mn, xn = job_desc.min_nodes, job_desc.max_nodes
+  local mn = job_desc.min_nodes
   if set(mn) and mn > 1 then return slurm.SUCCESS end
-  -- --gpus=1 is one GPU for the whole job, shards are per node: only a job that cannot span nodes
-  -- (-N1, or one task) is converted
-  if field == "tres_per_job" and not (set(xn) and xn == 1) then
-    local nt = job_desc.num_tasks
-    if set(nt) and nt > 1 then return slurm.SUCCESS end
-  end
   job_desc.tres_per_job = ""
   job_desc.tres_per_node = "gres:shard:2"
   note_admin(job_desc, ORIG_TAG .. field .. "=" .. ONE_GPU)
@@ -135,10 +157,21 @@ local function refuse(why)
 end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-  if LUCIDD_PACKING and not LUCIDD_UIDS[modify_uid] and (job_desc.tres_per_node ~= nil
+  -- A job of shards: on while packing is on, and for the jobs it converted after it is turned off
+  -- (their shards stay until they end: docs/deploy.md, "Turning it off")
+  local holds_shards = mentions(job_rec.tres_per_node, "shard")
+  local of_shards = LUCIDD_PACKING or holds_shards or mentions(job_rec.admin_comment, ORIG_TAG)
+  if of_shards and not LUCIDD_UIDS[modify_uid] and (job_desc.tres_per_node ~= nil
      or job_desc.tres_per_job ~= nil or job_desc.tres_per_task ~= nil or job_desc.tres_per_socket ~= nil) then
     -- a user's GRES change can leave a zero shard count, which crashes slurmctld 22.05 (notes G.3.3)
-    slurm.log_info("lucidd job_submit.lua: refused a user's GPU request change (GPU packing is on)")
+    slurm.log_info("lucidd job_submit.lua: refused a user's GPU request change (a job of GPU shards)")
+    return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
+  end
+  -- its shards are per node: more nodes would share a GPU on each, unjudged (an audit)
+  local more_nodes = (set(job_desc.min_nodes) and job_desc.min_nodes > 1)
+                     or (set(job_desc.max_nodes) and job_desc.max_nodes > 1)
+  if holds_shards and more_nodes and not LUCIDD_UIDS[modify_uid] then
+    slurm.log_info("lucidd job_submit.lua: refused a user's node count change (a job of GPU shards)")
     return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
   end
   if LUCIDD_UIDS[modify_uid] or unset(job_desc.partition) then
