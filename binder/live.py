@@ -162,12 +162,17 @@ def partitions_wanting_gpus(waiting) -> dict:
     return out
 
 
-def limit_blocker(estimate_s, time_limit_s, cfg: LivePackingConfig) -> str | None:
+def limit_blocker(estimate_s, time_limit_s, cfg: LivePackingConfig, source: str | None = None) -> str | None:
     """Why sharing could make the job run past its time limit (Slurm ends it there: TIMEOUT), or None:
     its estimate at the slowest speed a partner the rule admits may leave it (slowest_shared_speed).
-    A job with no limit, or no estimate yet, is not held back by this."""
-    if not time_limit_s or not estimate_s:
+    A job with no limit is not held back by this; one with a limit and no estimate of its own (none
+    yet, or `source` "default": the constant [ordering] default_estimate_s, the same for every job
+    before lucidd has a history) is, as nothing says how close to its limit it runs (an audit)."""
+    if not time_limit_s:
         return None
+    if not estimate_s or source == "default":
+        return (f"it has a time limit ({time_limit_s:,.0f} s) and no estimate of its own yet, so nothing says "
+                "sharing would leave it time enough")
     speed = slowest_shared_speed(cfg)
     slowed = estimate_s / speed
     if slowed > time_limit_s:
@@ -177,11 +182,12 @@ def limit_blocker(estimate_s, time_limit_s, cfg: LivePackingConfig) -> str | Non
 
 
 def shard_decision(job, partition: str, profile, wanting: dict, cfg: LivePackingConfig,
-                   model=None, estimate_s=None) -> tuple[int, str]:
+                   model=None, estimate_s=None, estimate_source=None) -> tuple[int, str]:
     """(shard count, why) for a waiting job of shards (`job.packable`) that waits in (or is
-    released to) `partition`; `estimate_s`: its duration estimate (its time limit is the job's)."""
+    released to) `partition`; `estimate_s`: its duration estimate (its time limit is the job's), and
+    `estimate_source` where it came from (limit_blocker)."""
     _, why, blocked = packing_test(profile, cfg, model)
-    blocked = blocked or limit_blocker(estimate_s, getattr(job, "time_limit_s", None), cfg)
+    blocked = blocked or limit_blocker(estimate_s, getattr(job, "time_limit_s", None), cfg, estimate_source)
     if blocked is not None:
         return OWN, f"a GPU of its own: {blocked}"
     parts = [p for p in (partition or "").split(",") if p]

@@ -700,10 +700,11 @@ class LucidDecider(Decider):
                 # a job requeued after profiling is judged for the partition it is released to
                 r = inp.records.get(j.job_id)
                 part = r.target_partition if r is not None and r.target_partition else j.partition
-                est = plan.estimates.get(j.job_id, (r.estimate_s if r is not None else None,))[0]
+                est, src = plan.estimates.get(j.job_id, (r.estimate_s, r.estimate_source) if r is not None
+                                              else (None, None))
                 plan.shards[j.job_id] = shard_decision(j, part, inp.gpu_profiles.get(j.job_id), wanting,
                                                        with_gpu_memory(self.packing, part, inp.gpu_memory),
-                                                       self.packing_model, estimate_s=est)
+                                                       self.packing_model, estimate_s=est, estimate_source=src)
 
     def _order(self, jobs, now, plan):
         need = [j for j in jobs if j.estimate is None]
@@ -810,7 +811,7 @@ class LucidDecider(Decider):
             cfg = with_gpu_memory(cfg, record.target_partition or "", partition_gpu_memory(nodes, store.gpu_nodes()))
         score, how, blocker = packing_test(profile, cfg, self.packing_model)
         if blocker is None:  # the time limit as Slurm last showed it, and the estimate the cycle made
-            blocker = limit_blocker(record.estimate_s, record.time_limit_s, cfg)
+            blocker = limit_blocker(record.estimate_s, record.time_limit_s, cfg, record.estimate_source)
         if blocker is None and record.gpus != 1:
             blocker = f"asks for {record.gpus} GPUs: only 1-GPU jobs that job_submit.lua turned into shards share"
         return packing_explanation(True, may_share=blocker is None, score=score,

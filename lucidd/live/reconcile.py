@@ -34,7 +34,7 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
-from ..backends.base import Backend, BackendError, ClusterSnapshot, LiveJob, never_ran
+from ..backends.base import PACKING_TAG, Backend, BackendError, ClusterSnapshot, LiveJob, never_ran
 from ..errors import ConfigError, LucidError
 from .store import CycleRow, JobRow, Store, StoreError
 
@@ -1030,6 +1030,21 @@ class Reconciler:
                 continue  # a shadow changes nothing, and a refused change waits: not one row per cycle
             by_count.setdefault(count, []).append((f"shards:{jid}:{j.restart_count}:{count}:{now}", jid, "shards",
                                                    {"count": count, "restart": j.restart_count}, reason))
+        # A lowered job that an admin (or its owner) took out of what lucidd judges, to a partition
+        # lucidd does not order or onto more nodes, gets its GPU back: nobody would raise it there, and
+        # it would share a GPU unjudged (an audit), with packing on or off.
+        for jid, j in seen.items():
+            if (jid in records and jid not in plan.shards and lowered_elsewhere(j, self.is_managed, self.inbox,
+                                                                                 self.profiling)
+                    and not self.dry_run):
+                tried = self._shards_tried.get(jid)
+                if tried is not None and tried[:2] == (2, j.restart_count) and now - tried[2] < SHARDS_RETRY_S:
+                    continue
+                where = f"{j.nodes} nodes" if j.nodes > 1 else f"{j.partition}, a partition lucidd does not order"
+                by_count.setdefault(2, []).append((f"shards:{jid}:{j.restart_count}:2:{now}", jid, "shards",
+                                                   {"count": 2, "restart": j.restart_count},
+                                                   f"a GPU of its own again: it waits on {where}, where lucidd "
+                                                   "does not judge its sharing"))
         for count, items in sorted(by_count.items()):
             # a BackendError here (Slurm did not answer) fails the cycle: the next one asks again
             done = self._act_batch(items, lambda ids, c=count: self.backend.set_shards(ids, c), now,
@@ -1372,13 +1387,21 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time, released:
     return lines
 
 
+def lowered_elsewhere(j: LiveJob, is_managed, inbox: str, profiling: str) -> bool:
+    """A waiting job lucidd lowered to one shard that now waits where lucidd does not judge it: in a
+    partition it does not order, or on more than one node."""
+    return (j.pending and j.shards == 1 and PACKING_TAG in (j.admin_comment or "")
+            and j.partition not in ("", inbox, profiling) and (j.nodes > 1 or not is_managed(j.partition)))
+
+
 def _raise_shared(backend: Backend, snap, lines: list) -> None:
     """GPU packing at fail-open: a waiting job lucidd lowered to one shard would go on sharing GPUs
     with nobody to judge whether free GPUs are wanted; raised back, it waits for a GPU of its own,
     as a 1-GPU job does without lucidd. Before any job is released (a requeued job lowered before
     its move must not start sharing on its way), and never a reason to keep the inbox shut: a
     refused call is tried job by job (one that started meanwhile refuses), then left."""
-    shared = [j.job_id for j in snap.jobs if j.pending and j.packable and j.shards == 1]
+    # (any node count: a lowered job an admin gave more nodes is no longer `packable`, and still shares)
+    shared = [j.job_id for j in snap.jobs if j.pending and PACKING_TAG in (j.admin_comment or "") and j.shards == 1]
     if not shared:
         return
     raised, left = [], []
