@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .csvfiles import RowWidthError, read_table
 from .errors import ConfigError, TraceError
 
 
@@ -62,9 +63,11 @@ def load_vc_config(path, gpus_per_node: int = 8) -> ClusterSpec:
     path = os.fspath(path)
     try:
         # text as written: a VC named "NA" or "null" is a VC, not a missing value
-        df = pd.read_csv(path, keep_default_na=False, na_values=[""])
+        df = read_table(path, keep_default_na=False, na_values=[""])
     except FileNotFoundError:
         raise ConfigError(f"{path}: VC config not found") from None
+    except RowWidthError as exc:
+        raise ConfigError(f"{path}: {exc} (expected `vc,nodes[,gpus_per_node]` on every row)") from None
     except pd.errors.EmptyDataError:
         raise ConfigError(f"{path}: VC config is an empty file (expected a header line, e.g. "
                           "`vc,nodes,gpus_per_node`, and one row per VC)") from None
@@ -141,7 +144,15 @@ def size_cluster_from_trace(jobs: pd.DataFrame, gpus_per_node: int = 8, nodes: i
         n = min(max(by_load, largest), max(1, math.ceil(int(grp["gpu_num"].sum()) / gpus_per_node)))
         if n == largest > by_load:
             by_largest.append(f"{vc} ({n} nodes for a {int(grp['gpu_num'].max())}-GPU job)")
+        if n > MAX_NODES:  # a bogus GPU count (an imported 10**12) would size a cluster no replay can hold
+            job = grp.loc[grp["gpu_num"].idxmax()]
+            raise ConfigError(f"VC '{vc}' sized from the trace needs {n:,} nodes, more than the {MAX_NODES:,} a "
+                              f"replay holds (its largest job, {job.get('job_id', '?')}, asks for "
+                              f"{int(job['gpu_num']):,} GPUs): check the trace's gpu_num, or give --nodes or --vc-config")
         spec.vcs[str(vc)] = VCSpec(str(vc), n, gpus_per_node)
+    if spec.total_nodes > MAX_NODES:
+        raise ConfigError(f"the VCs sized from the trace need {spec.total_nodes:,} nodes in all, more than the "
+                          f"{MAX_NODES:,} a replay holds: give --nodes or --vc-config")
     # The sizing trusts the first and last submissions: one stray submit time (a 0 for a missing
     # one, milliseconds for seconds) shrank a 13-node cluster to 1 and multiplied the average JCT by
     # 18, without a word (an admin trial).

@@ -16,6 +16,7 @@ from collections import defaultdict
 
 import pandas as pd
 
+from .csvfiles import RowWidthError, read_table
 from .errors import TraceError
 
 #: Estimate used before any job has ended (one hour).
@@ -75,9 +76,11 @@ def load_estimates(path) -> dict:
     path = os.fspath(path)
     try:
         # ids as written ("NA" is a job id); only an empty cell is missing
-        df = pd.read_csv(path, dtype={"job_id": str}, keep_default_na=False, na_values=[""])
+        df = read_table(path, dtype={"job_id": str}, keep_default_na=False, na_values=[""])
     except FileNotFoundError:
         raise TraceError(path, "estimates file not found") from None
+    except RowWidthError as exc:
+        raise TraceError(path, f"{exc} (expected `job_id,estimate_s` on every row)", row=exc.line) from None
     except Exception as exc:
         raise TraceError(path, f"cannot read estimates ({exc})") from None
     if "job_id" not in df:
