@@ -168,6 +168,9 @@ def _tres_count(items, kind: str) -> int:
     return 0
 
 
+_LAST_TIME = 253402300800  # 10000-01-01: later times have no calendar date (gmtime overflows)
+
+
 def _iso(t) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(t)))
 
@@ -348,6 +351,9 @@ def sacct_json_to_trace(data: dict, *, source: str = "sacct --json", start: int 
         if run.end is None or run.end < run.start:
             dropped["bad start/end times"] += 1
             continue
+        if not all(0 <= t < _LAST_TIME for t in (submit, run.start, run.end)):  # a damaged file's 1e20
+            dropped["bad start/end times"] += 1
+            continue
         gpus = run.gpus or last.gpus
         recorded = gpus
         if gpus <= 0:
@@ -506,6 +512,9 @@ def read_json_file(path, what: str = "sacct --json") -> dict:
     except json.JSONDecodeError as exc:
         raise SacctImportError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
                                f"expected `{what}` output") from None
+    except (RecursionError, ValueError) as exc:  # nested past Python's depth, or a 5,000-digit number
+        raise SacctImportError(f"{path}: cannot read it as JSON ({type(exc).__name__}: {str(exc)[:120]}); "
+                               f"expected `{what}` output") from None
 
 
 def parse_when(value, flag: str) -> int:
@@ -556,6 +565,11 @@ def live_argv(start: int, end: int) -> list:
 def _write_csv(df: pd.DataFrame, path: str, flag: str) -> None:
     if os.path.isdir(path):
         raise SacctImportError(f"{flag} {path}: is a directory; give a file name")
+    if os.path.lexists(path) and (os.path.islink(path) or not os.path.isfile(path)):
+        # written through a temporary file and renamed over it, a pipe, a device or a link would be
+        # replaced by a plain file (as root, /dev/full was: a fuzzing session)
+        raise SacctImportError(f"{flag} {path}: not a plain file (a pipe, a device or a link); "
+                               "give the path of a file to write")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise SacctImportError(f"{flag} {path}: folder {parent} does not exist")
@@ -585,6 +599,10 @@ def cmd_import_sacct(args, runner=None) -> int:
                                "without it, leave --vc-config-out out and `simulate` sizes the VCs from the trace")
     if args.out == args.vc_config_out:
         raise SacctImportError(f"--out and --vc-config-out are the same file ({args.out})")
+    for out_flag, out in (("--out", args.out), ("--vc-config-out", args.vc_config_out)):
+        for in_flag, given in (("--json-file", args.json_file), ("--sinfo-json", args.sinfo_json)):
+            if out and given and os.path.exists(given) and os.path.exists(out) and os.path.samefile(out, given):
+                raise SacctImportError(f"{out_flag} {out} is the input {in_flag}: it would be overwritten")
     sinfo = read_json_file(args.sinfo_json, "sinfo --json") if args.sinfo_json else None
     if args.live:
         from .backends.slurm import SlurmRunner

@@ -154,7 +154,7 @@ def json_int(v, default=None):
         v = v.get("number")
     try:
         return int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: JSON's Infinity in a damaged file
         return default
 
 
