@@ -228,6 +228,11 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # `lucidctl ... | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a full disk or quota, a file that went away: the system's, said in one line
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"lucidctl: error: {where}{exc.strerror or exc} (a file could not be read or written; "
+              "what was written is incomplete)", file=sys.stderr)
+        return 2
 
 
 def _input_paths(args) -> list:
@@ -260,13 +265,23 @@ def _check_int(args, name: str, lo: int | None = None, hi: int | None = None, wh
         raise ConfigError(f"{flag} {v}: must be {rng}{what}")
 
 
+def _missing_file(path, flag: str) -> str | None:
+    """Why `path`, given by `flag`, is not a file lucidctl can read, or None."""
+    if os.path.isfile(path):
+        return None
+    if os.path.isdir(path):
+        return f"{flag} {path}: is a directory, not a CSV file"
+    if os.path.exists(path):  # a pipe (`<(zcat ...)`, /dev/stdin) or a device: read more than once
+        return f"{flag} {path}: is a pipe or a device, not a file (lucidctl reads it more than once): save it to a file"
+    return f"{flag} {path}: file not found"
+
+
 def _check_table(path, flag: str, layouts: list[tuple[str, tuple]]) -> None:
     """A CSV file given by a flag exists and its header has the columns of one of `layouts`."""
     import pandas as pd
 
-    if not os.path.isfile(path):
-        raise ConfigError(f"{flag} {path}: " + ("is a directory, not a CSV file" if os.path.isdir(path)
-                                                else "file not found"))
+    if (why := _missing_file(path, flag)) is not None:
+        raise ConfigError(why)
     try:
         cols = {str(c).strip() for c in pd.read_csv(path, nrows=0).columns}
     except Exception as exc:  # noqa: BLE001 -- any unreadable or non-CSV file
@@ -327,14 +342,14 @@ def _check_args(args) -> None:
     reference = getattr(args, "reference", None)
     if reference is not None and reference not in known:
         raise ConfigError(f"--reference {reference}: unknown policy; known: {', '.join(known)}")
-    if args.trace != "sample" and not os.path.exists(args.trace):
-        raise ConfigError(f"--trace {args.trace}: file not found")
-    if getattr(args, "estimates", None) and not os.path.isfile(args.estimates):
-        raise ConfigError(f"--estimates {args.estimates}: file not found")
+    if args.trace != "sample" and not os.path.isdir(args.trace) and (why := _missing_file(args.trace, "--trace")):
+        raise ConfigError(why)
+    if getattr(args, "estimates", None) and (why := _missing_file(args.estimates, "--estimates")):
+        raise ConfigError(why)
     if getattr(args, "config", None):  # read whole before any replay: a bad key fails here, not after the trace
         _load_lucidd_config(args.config)
-    if args.vc_config and not os.path.isfile(args.vc_config):
-        raise ConfigError(f"--vc-config {args.vc_config}: file not found")
+    if args.vc_config and (why := _missing_file(args.vc_config, "--vc-config")):
+        raise ConfigError(why)
     if args.colocation:
         from models.packing import WORKLOAD_KEY
 

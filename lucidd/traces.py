@@ -199,11 +199,18 @@ def sample_vc_config_path() -> pathlib.Path:
 # Reading
 
 
+def _no_decompressor(path, e: ImportError) -> TraceError:
+    return TraceError(path, f"cannot decompress it here ({_one_line(e).split('.')[0]}): decompress it first "
+                      "(lucidctl reads .csv, .csv.gz, .bz2, .xz and .zip)")
+
+
 def _check_readable(path: pathlib.Path) -> None:
     if not path.exists():
         raise TraceError(path, "file not found")
     if path.is_dir():
         raise TraceError(path, "is a directory, not a trace file")
+    if not path.is_file():  # a pipe (`<(zcat ...)`, /dev/stdin) or a device: its size says nothing
+        raise TraceError(path, "is a pipe or a device, not a file (a trace is read more than once): save it to a file")
     if not os.access(path, os.R_OK):
         raise TraceError(path, "file is not readable (permission denied)")
     try:
@@ -223,6 +230,8 @@ def _read_header(path: pathlib.Path) -> list[str]:
         raise TraceError(path, "file is empty (expected a CSV header line and job rows)") from e
     except UnicodeDecodeError as e:
         raise _not_utf8(path, e) from e
+    except ImportError as e:  # .zst: pandas needs the zstandard package, which lucidd does not install
+        raise _no_decompressor(path, e) from e
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, pd.errors.ParserError) as e:
         # EOFError / BadZipFile: a truncated .gz/.bz2/.xz/.zip file
         raise TraceError(path, f"cannot read the CSV header: {_one_line(e)}", row=1) from e
@@ -366,6 +375,8 @@ def _read_rows(path: pathlib.Path, skip_bad_rows: bool) -> tuple[pd.DataFrame, n
         raise TraceError(path, "file is empty (expected a CSV header line and job rows)") from e
     except UnicodeDecodeError as e:
         raise _not_utf8(path, e) from e
+    except ImportError as e:
+        raise _no_decompressor(path, e) from e
     except pd.errors.ParserError as e:
         raise TraceError(path, "malformed CSV: " + _one_line(e), row=_parse_error_line(e)) from e
     except (OSError, ValueError, csv.Error, EOFError, MemoryError) as e:

@@ -57,6 +57,9 @@ def _origin_of(df: pd.DataFrame) -> pd.Timestamp | None:
     return None if origin is None else pd.Timestamp(origin)
 
 
+MAX_BINS = 20 * 365 * 144  # twenty years of 10-minute bins, about 17 MB per count column
+
+
 def bin_arrivals(
     jobs: pd.DataFrame,
     origin: pd.Timestamp | str | None = None,
@@ -92,6 +95,9 @@ def bin_arrivals(
     idx = submit // bin_s
     keep = (gpus > 0) & (idx >= first) & (idx <= last)
     n = last - first + 1
+    if n > MAX_BINS:  # one stray submit time (milliseconds for seconds) asked for ~20 GiB of bins (a fuzzing session)
+        raise ModelError(f"bin_arrivals: the submissions span {n * bin_s / 86400 / 365:,.0f} years ({n:,} bins of "
+                         f"{bin_s} s): check for a stray submit time (milliseconds for seconds), or window the trace")
     pos = (idx[keep] - first).to_numpy()
     njob = np.bincount(pos, minlength=n)
     ngpu = np.bincount(pos, weights=gpus[keep].to_numpy(dtype=float), minlength=n)

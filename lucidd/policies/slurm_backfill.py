@@ -84,6 +84,10 @@ class LimitRule:
         return self.text
 
 
+MAX_LIMIT_FACTOR = 1000.0  # x1e308 overflowed the limit's int (a fuzzing session)
+MAX_LIMIT_STEP_H = 10 * 365 * 24  # ten years, in hours
+
+
 def parse_limit_rule(text) -> LimitRule:
     """`exact`, `xF` (F >= 1) or comma-separated increasing hours; ConfigError naming the flag."""
     if isinstance(text, LimitRule):
@@ -99,16 +103,17 @@ def parse_limit_rule(text) -> LimitRule:
             f = float(s[1:])
         except ValueError:
             f = float("nan")
-        if not math.isfinite(f) or f < 1:
-            raise ConfigError(f"--limit-rule {shown}: a factor must be a number >= 1 (a limit below the "
-                              f"duration would kill jobs); {_RULE_HELP}")
+        if not math.isfinite(f) or f < 1 or f > MAX_LIMIT_FACTOR:
+            raise ConfigError(f"--limit-rule {shown}: a factor must be a number from 1 to {MAX_LIMIT_FACTOR:g} (a "
+                              f"limit below the duration would kill jobs); {_RULE_HELP}")
         return LimitRule(kind="factor", steps_s=(), factor=f, text=f"x{f:g}")
     try:
         hours = [float(p) for p in s.split(",")]
     except ValueError:
         raise ConfigError(f"--limit-rule {shown}: {_RULE_HELP}") from None
-    if not hours or not all(math.isfinite(h) and h > 0 for h in hours):
-        raise ConfigError(f"--limit-rule {shown}: steps must be positive hours; {_RULE_HELP}")
+    if not hours or not all(math.isfinite(h) and 0 < h <= MAX_LIMIT_STEP_H for h in hours):
+        raise ConfigError(f"--limit-rule {shown}: steps must be positive hours, at most {MAX_LIMIT_STEP_H:g}; "
+                          f"{_RULE_HELP}")
     steps = tuple(int(round(h * 3600)) for h in hours)
     if any(b <= a for a, b in zip(steps, steps[1:])) or steps[0] < 1:
         raise ConfigError(f"--limit-rule {shown}: steps must be strictly increasing whole seconds; {_RULE_HELP}")
