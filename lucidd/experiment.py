@@ -59,7 +59,7 @@ class Experiment:
         """Duration estimates for QSSF: the given file where it covers a job, else history-based."""
         if self._history is None:
             hist = history_estimates(self.trace)
-            if self.estimates:
+            if self.estimates is not None:  # (an empty file too: its every job is missing, and said so)
                 given = self.trace["job_id"].astype(str).map(self.estimates)
                 missing = int(given.isna().sum())
                 if missing:

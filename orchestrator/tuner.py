@@ -187,7 +187,9 @@ class Proposal:
 
 
 def _ratio(a, b) -> float:
-    return float(a) / float(b) if b else math.inf
+    if not b:  # a window of zero-length jobs: 0 / 0 is no gain (inf made proposal.json invalid JSON)
+        return 1.0 if not a else math.inf
+    return float(a) / float(b)
 
 
 def isotonic(values, y, trend: str) -> np.ndarray:

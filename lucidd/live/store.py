@@ -196,7 +196,7 @@ class ModelVersionRow(Base):
 def sqlite_file(url: str) -> str | None:
     """The file of a `sqlite:///PATH` URL; None for an in-memory or non-SQLite database."""
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        return url[len("sqlite:///"):]
+        return url[len("sqlite:///"):].split("?", 1)[0]  # ?timeout=30 and the like are options, not the path
     return None
 
 

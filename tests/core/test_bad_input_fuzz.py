@@ -129,3 +129,25 @@ def test_damaged_sacct_json_is_one_line_or_a_counted_drop(tmp_path, capsys):
     digits.write_text('{"jobs": [{"job_id": ' + "9" * 5000 + "}]}")
     assert main(["import-sacct", "--json-file", str(digits), "--out", str(tmp_path / "a.csv")]) == 2
     assert "cannot read it as JSON" in capsys.readouterr().err
+
+
+def test_a_header_only_estimates_file_is_said_to_cover_no_job(tmp_path, capsys):
+    est = tmp_path / "est.csv"
+    est.write_text("job_id,estimate_s\n")
+    assert main(["simulate", "--trace", _trace(tmp_path), "--estimates", str(est), "--policies", "qssf",
+                 "--no-plots", "--no-progress", "--out", str(tmp_path / "o")]) == 0
+    assert "estimates file lacks 4 job(s)" in capsys.readouterr().out
+
+
+def test_a_tuning_gain_of_zero_over_zero_is_one_not_infinity():
+    from orchestrator.tuner import _ratio
+
+    assert _ratio(0, 0) == 1.0 and _ratio(10, 5) == 2.0
+
+
+def test_a_sqlite_url_with_options_names_its_file():
+    """`lucidctl status` looked for a file named `lucidd.db?timeout=30` and said there was no database."""
+    from lucidd.live.store import sqlite_file
+
+    assert sqlite_file("sqlite:////var/lib/lucidd/lucidd.db?timeout=30") == "/var/lib/lucidd/lucidd.db"
+    assert sqlite_file("sqlite:////var/lib/lucidd/lucidd.db") == "/var/lib/lucidd/lucidd.db"
