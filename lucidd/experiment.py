@@ -146,6 +146,11 @@ def make_experiment(loaded, vc_config=None, nodes=None, gpus_per_node=8, estimat
                      + (f" (raised to hold the VC's largest job: {', '.join(raised[:8])}"
                         f"{' ...' if len(raised) > 8 else ''})" if raised else ""))
         spec = scaled
+    prior_dropped = {why: n for why, n in (getattr(prior, "dropped", None) or {}).items() if "window" not in why}
+    if prior_dropped:  # the history's bad rows are skipped, as the window's are refused: said, not silent
+        notes.append("the jobs before --start that train the models: dropped "
+                     + ", ".join(f"{n} {why}" for why, n in sorted(prior_dropped.items()))
+                     + " (rows that could not be read)")
     est = load_estimates(estimates_path) if estimates_path else None
     return Experiment(trace=jobs, spec=spec, path=loaded.path, origin=loaded.origin, estimates=est, notes=notes,
                       prior=prior_jobs if prior_jobs is not None and len(prior_jobs) else None)

@@ -438,10 +438,11 @@ def vc_config_from_sinfo(data, trace: pd.DataFrame, source: str = "sinfo --json"
     members: dict[str, list[int]] = {}
     node_parts: dict[str, tuple] = {}
     for rec in data["nodes"]:
-        if not isinstance(rec, dict) or not rec.get("name"):
-            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("name"), str) or not rec.get("name"):
+            continue  # (a damaged file's list for a name raised TypeError: a fuzzing session)
         gpus = gres_gpu_count(str(rec.get("gres") or ""))
-        parts = tuple(str(p) for p in rec.get("partitions") or ())
+        listed = rec.get("partitions") or ()
+        parts = (listed,) if isinstance(listed, str) else tuple(str(p) for p in listed)  # "research", not r, e, s...
         node_parts[rec["name"]] = parts
         for p in parts:
             members.setdefault(p, []).append(gpus)

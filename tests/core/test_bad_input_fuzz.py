@@ -151,3 +151,24 @@ def test_a_sqlite_url_with_options_names_its_file():
 
     assert sqlite_file("sqlite:////var/lib/lucidd/lucidd.db?timeout=30") == "/var/lib/lucidd/lucidd.db"
     assert sqlite_file("sqlite:////var/lib/lucidd/lucidd.db") == "/var/lib/lucidd/lucidd.db"
+
+
+def test_bad_rows_before_start_are_counted(tmp_path, capsys):
+    """The training history's unreadable rows were dropped without a word."""
+    p = _trace(tmp_path, "job_id,user,vc,gpu_num,submit_time,duration\n1,u,a,1,0,100\n2,u,a,x,5,100\n"
+                         "3,u,a,1,10,abc\n4,u,a,1,20,100\n5,u,a,2,30,50\n")
+    assert main(["simulate", "--trace", p, "--start", "20", "--policies", "fifo", "--no-plots", "--no-progress",
+                 "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "before --start that train the models: dropped 1 invalid duration, 1 invalid gpu_num (" in out, out
+
+
+def test_a_damaged_sinfo_node_is_skipped_and_a_partition_string_read_whole(tmp_path, capsys):
+    sinfo = tmp_path / "sinfo.json"
+    sinfo.write_text(json.dumps({"nodes": [{"name": ["gpu1"], "gres": "gpu:8", "partitions": ["research"]},
+                                           {"name": "gpu2", "gres": "gpu:8", "partitions": "research"}]}))
+    out = tmp_path / "t.csv"
+    assert main(["import-sacct", "--json-file", str(SACCT), "--sinfo-json", str(sinfo), "--vc-config-out",
+                 str(tmp_path / "vcs.csv"), "--out", str(out)]) == 0, capsys.readouterr().err
+    vcs = (tmp_path / "vcs.csv").read_text()
+    assert "research,1," in vcs, vcs
