@@ -22,8 +22,8 @@ reading. Figures, not a test: the output goes in the session's note and docs/dep
 
 --pid-namespaces runs each stand-in in a PID namespace of its own, with its own /proc (`unshare
 --pid --fork --mount-proc`, as a container without the host's PIDs holds a job; without its own
-/proc, CUDA fails to start there, error 304, on an H200 with driver 580): the sampler, on the host, must still find it by the
-PID NVML gives. It also runs a second `lucidd-sampler --once` in a PID namespace of its own (with
+/proc, CUDA fails to start there, error 304, on an H200 with driver 580): the sampler, on the
+host, must still find it by the PID NVML gives. It also runs a second `lucidd-sampler --once` in a PID namespace of its own (with
 its own /proc), which must warn that it cannot find jobs.
 """
 
@@ -156,7 +156,8 @@ def run_phase(name, jobs, partition, seconds, tmp, watch=None, pid_ns=False):
         env = dict(os.environ, SLURM_JOB_ID=str(job_id), SLURM_JOB_PARTITION=partition)
         out = os.path.join(tmp, f"{name}-{job_id}.json")
         procs.append((job_id, out, subprocess.Popen(
-            [*_unshare(pid_ns, mount_proc=True), sys.executable, __file__, "--worker", kind, "--seconds", str(seconds), "--result", out, "--go", go],
+            [*_unshare(pid_ns, mount_proc=True), sys.executable, __file__, "--worker", kind, "--seconds", str(seconds),
+             "--result", out, "--go", go],
             env=env)))
     deadline = time.time() + 120
     while not all(os.path.exists(o + ".ready") or p.poll() is not None for _, o, p in procs):
@@ -202,7 +203,8 @@ def main(argv=None) -> int:
     if args.pid_namespaces:
         try:
             probe = subprocess.run([*_unshare(True, mount_proc=True), "true"], capture_output=True, text=True)
-            why = "" if probe.returncode == 0 else (probe.stderr or probe.stdout).strip()[-300:] or f"rc {probe.returncode}"
+            why = "" if probe.returncode == 0 else ((probe.stderr or probe.stdout).strip()[-300:]
+                                                    or f"rc {probe.returncode}")
         except OSError as exc:  # no unshare (util-linux)
             why = str(exc)
         if why:

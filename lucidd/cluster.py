@@ -148,7 +148,8 @@ def size_cluster_from_trace(jobs: pd.DataFrame, gpus_per_node: int = 8, nodes: i
             job = grp.loc[grp["gpu_num"].idxmax()]
             raise ConfigError(f"VC '{vc}' sized from the trace needs {n:,} nodes, more than the {MAX_NODES:,} a "
                               f"replay holds (its largest job, {job.get('job_id', '?')}, asks for "
-                              f"{int(job['gpu_num']):,} GPUs): check the trace's gpu_num, or give --nodes or --vc-config")
+                              f"{int(job['gpu_num']):,} GPUs): check the trace's gpu_num, or give --nodes or "
+                              "--vc-config")
         spec.vcs[str(vc)] = VCSpec(str(vc), n, gpus_per_node)
     if spec.total_nodes > MAX_NODES:
         raise ConfigError(f"the VCs sized from the trace need {spec.total_nodes:,} nodes in all, more than the "

@@ -172,7 +172,7 @@ def _estimate(row, feat, art, policy: str, warnings: list) -> dict:
         out.update(source="oracle", kind="oracle", reason="lucid-oracle orders the queue by the true duration")
         return out
     dur = art.index.get("duration")
-    if not dur or "estimate_source" not in feat.index:
+    if not isinstance(dur, dict) or not dur or "estimate_source" not in feat.index:  # (a hand-edited index: a string)
         out.update(source="unknown", kind="unknown", reason="no duration model information was saved for this run")
         return out
     src, version = str(feat["estimate_source"]), int(feat["model_version"])

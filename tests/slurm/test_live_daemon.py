@@ -523,8 +523,9 @@ def test_job_submit_lua_keeps_users_out_of_the_inbox_exits_and_out_of_profiling(
     """The guard in job_submit.lua, as a user meets it (no lucidd running): a job waiting in the
     inbox cannot be moved out by its owner, nor any job into profiling (it starts before every
     queue) or out of it, or back into the inbox (the default partition, DOWN while lucidd runs: an
-    audit found such jobs left there); a move between the site's own partitions is the user's. Slurm 22.05 drops the script's
-    message in job_modify, so the user reads the error code's text (the admin trial)."""
+    audit found such jobs left there); a move between the site's own partitions is the user's.
+    Slurm 22.05 drops the script's message in job_modify, so the user reads the error code's text
+    (the admin trial)."""
     def as_nobody(*argv):
         return subprocess.run(["runuser", "-u", "nobody", "--", *argv], capture_output=True, text=True, timeout=60)
 
