@@ -162,15 +162,19 @@ def partitions_wanting_gpus(waiting) -> dict:
     return out
 
 
+CONSTANT_ESTIMATES = ("default", "fallback:constant")  # estimate sources that say nothing of the job
+
+
 def limit_blocker(estimate_s, time_limit_s, cfg: LivePackingConfig, source: str | None = None) -> str | None:
     """Why sharing could make the job run past its time limit (Slurm ends it there: TIMEOUT), or None:
     its estimate at the slowest speed a partner the rule admits may leave it (slowest_shared_speed).
-    A job with no limit is not held back by this; one with a limit and no estimate of its own (none
-    yet, or `source` "default": the constant [ordering] default_estimate_s, the same for every job
-    before lucidd has a history) is, as nothing says how close to its limit it runs (an audit)."""
-    if not time_limit_s:
+    A job with no limit, or no estimate at all (lucidd makes none with [ordering] off), is not held
+    back by this; one with a limit whose estimate is a constant (`source` "default" or
+    "fallback:constant": [ordering] default_estimate_s, the same for every job while lucidd has no
+    history for it) is, as nothing says how close to its limit it runs (an audit)."""
+    if not time_limit_s or not estimate_s:
         return None
-    if not estimate_s or source == "default":
+    if source in CONSTANT_ESTIMATES:
         return (f"it has a time limit ({time_limit_s:,.0f} s) and no estimate of its own yet, so nothing says "
                 "sharing would leave it time enough")
     speed = slowest_shared_speed(cfg)

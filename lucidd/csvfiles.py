@@ -20,7 +20,11 @@ def read_table(path: str, **kw) -> pd.DataFrame:
     """pd.read_csv, with each row's width checked against the header. A row one field longer makes
     pandas take the first column as the index and shift the others (a spreadsheet's trailing comma
     on every row did that: a VC config read its node counts as names). Empty trailing fields, as a
-    trailing comma leaves, are allowed and dropped; a longer row is a RowWidthError."""
+    trailing comma leaves, are allowed and dropped; a longer row is a RowWidthError. A compressed
+    file (.gz, .bz2, .xz, .zip, .zst) is left to pandas, which decompresses it, unchecked."""
+    if str(path).lower().endswith((".gz", ".bz2", ".xz", ".zip", ".zst")):
+        return pd.read_csv(path, index_col=False, **kw)
+    csv.field_size_limit(1 << 30)  # pandas reads longer fields than the csv module's 128 KiB default
     with open(path, newline="", encoding="utf-8", errors="replace") as f:
         rows = csv.reader(f)
         header = next(rows, None)

@@ -681,6 +681,8 @@ class Reconciler:
             # any partition, managed or not: job_submit.lua routes every job through the inbox
             requeued = r.profile == "requeued" or j.restart_count > r.restarts
             r.phase, r.released_at = "released", now
+            # a list still there is lucidd's (cleared by _apply); none: whoever moved it cleared it
+            r.lent = r.lent and bool(j.excluded_nodes)
             # not requeued: it was still waiting to start in profiling (a running one stays there)
             r.profile = "released" if requeued else "skipped"
             r.profile_reason = (f"found in {j.partition}: moved out of profiling without a record of it (by "
@@ -1077,6 +1079,8 @@ class Reconciler:
                                                                                           start_now=True, exclude=clear),
                                now, applied=applied):
                 r.profile, r.phase, r.released_at = "released", "released", now
+                if clear == "":
+                    r.lent = False  # its list went with this move: any later one is its owner's
                 changed[j.job_id] = r
                 n += 1
         # inbox -> profiling, one call for all; jobs on borrowed GPUs in a second call that also keeps
@@ -1271,6 +1275,7 @@ class Reconciler:
             if r is None or r.phase in ("released", "done"):
                 continue
             r.phase, r.released_at = "released", now
+            r.lent = False  # open_inbox's moves clear a lent run's ExcNodeList
             if what == "requeued":
                 r.profile = "released"
                 r.profile_reason = (r.profile_reason or "") + f"; released to {target} by lucidd's stop ({why})"

@@ -172,3 +172,14 @@ def test_a_damaged_sinfo_node_is_skipped_and_a_partition_string_read_whole(tmp_p
                  str(tmp_path / "vcs.csv"), "--out", str(out)]) == 0, capsys.readouterr().err
     vcs = (tmp_path / "vcs.csv").read_text()
     assert "research,1," in vcs, vcs
+
+
+def test_a_compressed_estimates_file_is_still_read(tmp_path):
+    """A review of the change: the row-width check read a .gz file's bytes as text."""
+    import gzip
+
+    p = tmp_path / "est.csv.gz"
+    with gzip.open(p, "wt") as f:
+        f.write("job_id,estimate_s\n" + "".join(f"{i},{i + 1}\n" for i in range(2000)))
+    est = load_estimates(p)
+    assert len(est) == 2000 and est["7"] == 8.0

@@ -496,9 +496,11 @@ def test_a_job_whose_limit_leaves_no_room_for_sharing_keeps_its_gpu():
 
     # the default rule: Tiny below 15 %, GSS 1: a partner leaves a job 1 / 1.15 = 0.87 of its speed
     assert limit_blocker(3000, 3600, CFG) is None and limit_blocker(3000, None, CFG) is None
-    # no estimate of its own (none yet, or the constant default): a job with a limit keeps its GPU
-    assert "no estimate of its own" in limit_blocker(None, 60, CFG)
+    # an estimate that is a constant (the default before any history, or the fallback's constant
+    # after it): a job with a limit keeps its GPU; no estimate at all ([ordering] off) holds nothing
+    assert limit_blocker(None, 60, CFG) is None
     assert "no estimate of its own" in limit_blocker(3000, 4800, CFG, "default")
+    assert "no estimate of its own" in limit_blocker(3600, 5400, CFG, "fallback:constant")
     assert limit_blocker(3000, 4800, CFG, "ebm:v1") is None and limit_blocker(3000, None, CFG, "default") is None
     assert "too close" in limit_blocker(3200, 3600, CFG) and "0.87 of its speed" in limit_blocker(3200, 3600, CFG)
     # Medium partners (GSS 2, 3): up to 60 %, 1 / 1.6 = 0.625 (two ResNet-18s at 53 % kept 0.65 on an H200)

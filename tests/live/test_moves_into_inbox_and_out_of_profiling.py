@@ -233,3 +233,34 @@ def test_lua_refuses_users_moves_into_the_inbox_and_out_of_profiling(tmp_path, n
     out = subprocess.run(["lua5.1", str(stub), LUA, now_in, to, str(uid)], capture_output=True, text=True,
                          check=True).stdout
     assert (int(out) == 0) == allowed, (now_in, to, uid, out)
+
+
+def test_an_owners_list_set_after_a_lent_runs_release_is_left_alone(tmp_path):
+    """A review of the change: lucidd's release after a lent run cleared its list but kept the job
+    marked lent, so a list its owner set later was taken for lucidd's and cleared."""
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")},
+                            "profiler": {"tprof_s": 600, "lend_idle_gpus": True, "skip_when_free": False,
+                                         "long_tprof_s": 600}})
+    clock = Clock()
+    slurm = MemSlurm(clock, partitions=("inbox", "profiling", "main", "research"))
+    slurm.nodes = {"gpu1": NodeGPUs("gpu1", 8, 0, "IDLE", ("inbox", "profiling", "main")),
+                   "gpu2": NodeGPUs("gpu2", 8, 8, "ALLOCATED", ("inbox", "profiling", "research"))}
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
+    slurm.jobs[1] = LiveJob(1, partition="research", gpus=8, submit_time=int(clock()), reason="Resources",
+                            comment="lucid:noprofile")
+    slurm.submit(40, partition="research", gpus=1)
+    run_cycles(rec, clock, 10)
+    assert slurm.jobs[40].partition == "profiling" and store.job(40).lent
+    slurm.start(40)
+    for _ in range(200):  # Tprof: requeued, released to research with its list cleared
+        run_cycles(rec, clock, 10)
+        if slurm.jobs[40].partition == "research":
+            break
+    j = slurm.jobs[40]
+    assert j.partition == "research" and j.excluded_nodes == "" and not store.job(40).lent
+    j.reason, j.excluded_nodes = "Resources", "gpu7"  # its owner's: scontrol update jobid=40 excnodelist=gpu7
+    run_cycles(rec, clock, 60)
+    assert slurm.jobs[40].excluded_nodes == "gpu7"
+    assert not any(a.key.startswith("unexclude:") for a in store.actions_for(40))
