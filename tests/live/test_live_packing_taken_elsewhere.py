@@ -37,12 +37,12 @@ def _cycles(rec, clock, seconds, step=10):
         assert rec.cycle().ok
 
 
-def _lowered_in_main(tmp_path, **kw):
-    """Job 5: a 1-GPU job lua turned into shard:2, profiled (Tiny, 3 GB), requeued, released to main
-    and lowered to 1 shard while job 99 waits for GPUs there (as tests/live/test_live_packing.py)."""
-    cfg, clock, slurm, store, rec = _cluster(tmp_path, **kw)
+def _profiled_and_released(cluster, time_limit_s=None):
+    """Job 5: a 1-GPU job lua turned into shard:2, profiled (Tiny, 3 GB), requeued and released to
+    main while job 99 waits for GPUs there (as tests/live/test_live_packing.py)."""
+    cfg, clock, slurm, store, rec = cluster
     slurm.jobs[99] = LiveJob(99, partition="main", gpus=8, reason="Resources", admin_comment="lucid:partition=main")
-    slurm.submit(5, gpus=1, shards=2)
+    slurm.submit(5, gpus=1, shards=2, time_limit_s=time_limit_s)
     slurm.jobs[5].admin_comment = ORIG
     _cycles(rec, clock, 10)
     assert slurm.jobs[5].partition == "profiling"
@@ -54,6 +54,12 @@ def _lowered_in_main(tmp_path, **kw):
     _cycles(rec, clock, 80)
     slurm.jobs[5].reason = "BeginTime"
     _cycles(rec, clock, 20)
+    return cluster
+
+
+def _lowered_in_main(tmp_path, **kw):
+    """Job 5 as above, lowered to 1 shard in main."""
+    cfg, clock, slurm, store, rec = _profiled_and_released(_cluster(tmp_path, **kw))
     j = slurm.jobs[5]
     assert (j.partition, j.pending, j.shards) == ("main", True, 1)
     return cfg, clock, slurm, store, rec
@@ -109,19 +115,7 @@ def test_the_time_limit_rule_does_not_trust_the_constant_default_estimate(tmp_pa
     needs: one that runs 75 min alone takes 75 / 0.91 = 82 min beside the mildest measured Tiny partner
     (0.91, docs/deploy.md's table) and Slurm ends it (TIMEOUT). docs/deploy.md says only a job 'not yet
     estimated' is not held back; a made-up constant is not an estimate of this job: it keeps its GPU."""
-    cfg, clock, slurm, store, rec = _cluster(tmp_path)
-    slurm.jobs[99] = LiveJob(99, partition="main", gpus=8, reason="Resources", admin_comment="lucid:partition=main")
-    slurm.submit(5, gpus=1, shards=2, time_limit_s=4800)
-    slurm.jobs[5].admin_comment = ORIG
-    _cycles(rec, clock, 10)
-    slurm.start(5)
-    store.create_gpu_profiles()
-    store.save_gpu_profiles([SimpleNamespace(job_id=5, partition="profiling", node="gpu1", first_t=clock.t,
-                                             last_t=clock.t + 50, samples=10, util_samples=10, gpu_util=10.0,
-                                             gmem_util=5.0, gmem_max_mib=3000.0, gpus={0})])
-    _cycles(rec, clock, 80)
-    slurm.jobs[5].reason = "BeginTime"
-    _cycles(rec, clock, 20)
+    cfg, clock, slurm, store, rec = _profiled_and_released(_cluster(tmp_path), time_limit_s=4800)
     r = store.job(5)
     acts = [a.reason for a in store.actions_for(5) if a.kind == "shards"]
     assert slurm.jobs[5].shards == 2, (f"lowered on estimate {r.estimate_s} s ({r.estimate_source}) "

@@ -18,30 +18,7 @@ from lucidd.live.reconcile import Reconciler, open_inbox
 from lucidd.live.store import Store
 from orchestrator.live import LucidDecider
 from tests.live.memslurm import Clock, MemSlurm
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    def build(**profiler):
-        cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
-                                "models": {"dir": str(tmp_path / "models")},
-                                "profiler": {"tprof_s": 600, **profiler}})
-        clock = Clock()
-        slurm = MemSlurm(clock)
-        store = Store(cfg.database.url).create()
-
-        def lucidd():
-            return Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
-
-        return cfg, clock, slurm, store, lucidd
-
-    return build
-
-
-def run_cycles(rec, clock, seconds, step=10):
-    for _ in range(int(seconds // step)):
-        clock.t += step
-        assert rec.cycle().ok
+from tests.live.test_reconcile_recovery import cluster, run_cycles  # noqa: F401 - the same in-memory cluster
 
 
 def test_released_job_moved_back_into_inbox_is_released_again(cluster):
@@ -138,11 +115,12 @@ def test_a_requeued_run_found_in_profiling_without_a_record_is_released_not_prof
     assert not any(c[0] == "requeue" for c in slurm.job_calls(50))
 
 
-@pytest.fixture
-def lent_then_moved(tmp_path):
+def _lent_run(tmp_path, **profiler):
+    """Job 40 of research admitted to profiling on lent GPUs (ExcNodeList gpu2, research's node)."""
     cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
                             "models": {"dir": str(tmp_path / "models")},
-                            "profiler": {"tprof_s": 600, "lend_idle_gpus": True, "skip_when_free": False}})
+                            "profiler": {"tprof_s": 600, "lend_idle_gpus": True, "skip_when_free": False,
+                                         **profiler}})
     clock = Clock()
     slurm = MemSlurm(clock, partitions=("inbox", "profiling", "main", "research"))
     # gpu1: main's node (idle, nobody waits in main); gpu2: research's node (full, a job waits there)
@@ -158,8 +136,15 @@ def lent_then_moved(tmp_path):
     j = slurm.jobs[40]
     assert j.partition == "profiling" and j.excluded_nodes == "gpu2", (j.partition, j.excluded_nodes)
     assert store.job(40).lent
+    return cfg, clock, slurm, store, rec
+
+
+@pytest.fixture
+def lent_then_moved(tmp_path):
+    cfg, clock, slurm, store, rec = _lent_run(tmp_path)
+    j = slurm.jobs[40]
     # Slurm has not started it yet (no CPUs free on gpu1, say); its owner moves it to research:
-    # `scontrol update jobid=40 partition=research` (job_submit.lua allows a move out of profiling)
+    # `scontrol update jobid=40 partition=research` (an admin's; job_submit.lua refuses it to users since v5)
     j.partition, j.reason = "research", "BadConstraints"
     return cfg, clock, slurm, store, rec
 
@@ -238,21 +223,7 @@ def test_lua_refuses_users_moves_into_the_inbox_and_out_of_profiling(tmp_path, n
 def test_an_owners_list_set_after_a_lent_runs_release_is_left_alone(tmp_path):
     """A review of the change: lucidd's release after a lent run cleared its list but kept the job
     marked lent, so a list its owner set later was taken for lucidd's and cleared."""
-    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
-                            "models": {"dir": str(tmp_path / "models")},
-                            "profiler": {"tprof_s": 600, "lend_idle_gpus": True, "skip_when_free": False,
-                                         "long_tprof_s": 600}})
-    clock = Clock()
-    slurm = MemSlurm(clock, partitions=("inbox", "profiling", "main", "research"))
-    slurm.nodes = {"gpu1": NodeGPUs("gpu1", 8, 0, "IDLE", ("inbox", "profiling", "main")),
-                   "gpu2": NodeGPUs("gpu2", 8, 8, "ALLOCATED", ("inbox", "profiling", "research"))}
-    store = Store(cfg.database.url).create()
-    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
-    slurm.jobs[1] = LiveJob(1, partition="research", gpus=8, submit_time=int(clock()), reason="Resources",
-                            comment="lucid:noprofile")
-    slurm.submit(40, partition="research", gpus=1)
-    run_cycles(rec, clock, 10)
-    assert slurm.jobs[40].partition == "profiling" and store.job(40).lent
+    cfg, clock, slurm, store, rec = _lent_run(tmp_path, long_tprof_s=600)
     slurm.start(40)
     for _ in range(200):  # Tprof: requeued, released to research with its list cleared
         run_cycles(rec, clock, 10)
