@@ -405,6 +405,7 @@ def test_dry_run_records_a_shard_change_once_not_every_cycle(tmp_path):
     ({"tres_per_node": "gres:gpu:1", "script": "#!/bin/bash\nsrun --gres=gpu:1 python train.py\n"}, False),
     ({"tres_per_node": "gres:gpu:1", "script": "#!/bin/sh\nsrun --gpus-per-task=1 -n1 ./a.out\n"}, False),
     ({"tres_per_node": "gres:gpu:1", "script": "#!/bin/sh\nsrun -G 1 ./a.out\n"}, False),
+    ({"tres_per_node": "gres:gpu:1", "script": "#!/bin/sh\nsrun --cpus-per-gpu=4 ./a.out\n"}, False),
     ({"tres_per_node": "gres:gpu:1", "script": "#!/bin/sh\n#SBATCH --gres=gpu:1\nsrun ./a.out\n"}, True),
     ({"tres_per_node": "gres:gpu:1", "comment": "lucid:noprofile"}, False),  # never profiled, never lowered
     ({"tres_per_node": "gres:gpu:2"}, False),

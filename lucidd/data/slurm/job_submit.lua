@@ -68,12 +68,13 @@ local function set(v) return v ~= nil and v ~= slurm.NO_VAL end
 local NO_VAL16 = 65534  -- an unset 16-bit count (slurm.h NO_VAL16), as ntasks_per_tres arrives
 
 -- Whether a batch script asks for GPUs in its own steps (`srun --gres=gpu:1`, `--gpus=1`,
--- `--gpus-per-task=1`, ... outside its #SBATCH lines): inside a job of shards such a step is refused
+-- `--gpus-per-task=1`, `--cpus-per-gpu=2`, ... outside its #SBATCH lines): inside a job of shards such a step is refused
 -- ("Invalid generic resource"), and the job fails (an audit, on the test cluster).
 local function steps_ask_for_gpus(script)
   for line in string.gmatch(script or "", "[^\n]+") do
     if not string.find(line, "^%s*#") and (string.find(line, "%-%-gres[= ]%S*gpu")
-       or string.find(line, "%-%-gpus") or string.find(line, "%-%-gpu%-") or string.find(line, "%-G%s*%d")) then
+       or string.find(line, "%-%-gpus") or string.find(line, "%-%-gpu%-") or string.find(line, "%-G%s*%d")
+       or string.find(line, "%-per%-gpu")) then  -- --cpus-per-gpu, --mem-per-gpu, --ntasks-per-gpu
       return true
     end
   end
