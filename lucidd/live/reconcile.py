@@ -446,7 +446,7 @@ class Reconciler:
             if r.profile in ("skipped", "released") and not self.dry_run:  # back in the inbox (_adopt)
                 direct.append((j.job_id, (f"not profiled: back in {self.inbox} after a requeue "
                                           f"(restart {j.restart_count}), to {r.target_partition}")
-                               if "after a requeue" in (r.profile_reason or "") else
+                               if _requeued_since_release(r, j) else
                                f"back in {self.inbox}, to {r.target_partition} again"
                                + ("" if r.profile == "released" else " (not profiled)")))
             elif missing and not self.dry_run:
@@ -659,8 +659,7 @@ class Reconciler:
                 why = j.reason if j.reason in _CANNOT_RUN_THERE else f"it reported: {refused}"
                 r.profile_reason += _never_start_note(r.job_id, j.partition, why)
         elif r.phase == "released" and j.partition == self.inbox and j.pending:
-            # a profiled job was requeued once by lucidd (its restart count is one more than at admission)
-            requeued = j.restart_count > r.restarts + (1 if r.profile == "released" else 0)
+            requeued = _requeued_since_release(r, j)
             r.phase, r.profile = "inbox", ("released" if r.profile == "released" else "skipped")
             r.profile_reason = ((f"not profiled: back in {self.inbox} after a requeue (restart {j.restart_count}; "
                                  f"it had started there while the inbox was open)") if requeued else
@@ -1390,6 +1389,12 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time, released:
         for line in lines:
             log.warning("fail-open: %s", line)
     return lines
+
+
+def _requeued_since_release(r: JobRow, j: LiveJob) -> bool:
+    """Whether Slurm restarted the job since lucidd released it: its restart count is past the one
+    it was admitted with, plus the one requeue of its profiling run if it had one."""
+    return j.restart_count > r.restarts + (1 if r.profile == "released" else 0)
 
 
 def lowered_elsewhere(j: LiveJob, is_managed, inbox: str, profiling: str) -> bool:
