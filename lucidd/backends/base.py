@@ -115,6 +115,12 @@ class LiveJob:
         return PACKING_TAG in (self.admin_comment or "") and self.shards > 0 and self.nodes == 1
 
     @property
+    def lowered(self) -> bool:
+        """Waiting at the one shard lucidd lowered it to, on any node count (an admin may have given
+        it more nodes since: then it is no longer `packable`, and still shares)."""
+        return self.pending and self.shards == 1 and PACKING_TAG in (self.admin_comment or "")
+
+    @property
     def opted_out_of_profiling(self) -> bool:
         return NOPROFILE_TAG in (self.comment or "")
 

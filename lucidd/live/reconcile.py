@@ -34,7 +34,7 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
-from ..backends.base import PACKING_TAG, Backend, BackendError, ClusterSnapshot, LiveJob, never_ran
+from ..backends.base import Backend, BackendError, ClusterSnapshot, LiveJob, never_ran
 from ..errors import ConfigError, LucidError
 from .store import CycleRow, JobRow, Store, StoreError
 
@@ -1400,8 +1400,8 @@ def _requeued_since_release(r: JobRow, j: LiveJob) -> bool:
 def lowered_elsewhere(j: LiveJob, is_managed, inbox: str, profiling: str) -> bool:
     """A waiting job lucidd lowered to one shard that now waits where lucidd does not judge it: in a
     partition it does not order, or on more than one node."""
-    return (j.pending and j.shards == 1 and PACKING_TAG in (j.admin_comment or "")
-            and j.partition not in ("", inbox, profiling) and (j.nodes > 1 or not is_managed(j.partition)))
+    return (j.lowered and j.partition not in ("", inbox, profiling)
+            and (j.nodes > 1 or not is_managed(j.partition)))
 
 
 def _raise_shared(backend: Backend, snap, lines: list) -> None:
@@ -1410,8 +1410,7 @@ def _raise_shared(backend: Backend, snap, lines: list) -> None:
     as a 1-GPU job does without lucidd. Before any job is released (a requeued job lowered before
     its move must not start sharing on its way), and never a reason to keep the inbox shut: a
     refused call is tried job by job (one that started meanwhile refuses), then left."""
-    # (any node count: a lowered job an admin gave more nodes is no longer `packable`, and still shares)
-    shared = [j.job_id for j in snap.jobs if j.pending and PACKING_TAG in (j.admin_comment or "") and j.shards == 1]
+    shared = [j.job_id for j in snap.jobs if j.lowered]
     if not shared:
         return
     raised, left = [], []
