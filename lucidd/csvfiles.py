@@ -8,6 +8,10 @@ import csv
 import pandas as pd
 
 
+# files pandas decompresses by their name (read as they are; not line-checked)
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zip", ".zst", ".tar")
+
+
 class RowWidthError(ValueError):
     """A data row with more fields than the header (line counts from 1, the header's included)."""
 
@@ -21,8 +25,8 @@ def read_table(path: str, **kw) -> pd.DataFrame:
     pandas take the first column as the index and shift the others (a spreadsheet's trailing comma
     on every row did that: a VC config read its node counts as names). Empty trailing fields, as a
     trailing comma leaves, are allowed and dropped; a longer row is a RowWidthError. A compressed
-    file (.gz, .bz2, .xz, .zip, .zst) is left to pandas, which decompresses it, unchecked."""
-    if str(path).lower().endswith((".gz", ".bz2", ".xz", ".zip", ".zst")):
+    file (COMPRESSED_SUFFIXES) is left to pandas, which decompresses it, unchecked."""
+    if str(path).lower().endswith(COMPRESSED_SUFFIXES):
         return pd.read_csv(path, index_col=False, **kw)
     csv.field_size_limit(1 << 30)  # pandas reads longer fields than the csv module's 128 KiB default
     with open(path, newline="", encoding="utf-8", errors="replace") as f:

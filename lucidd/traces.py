@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from lucidd.csvfiles import COMPRESSED_SUFFIXES
 from lucidd.errors import EmptyWindowError, TraceError
 
 __all__ = [
@@ -385,7 +386,7 @@ def _read_rows(path: pathlib.Path, skip_bad_rows: bool) -> tuple[pd.DataFrame, n
 
 def _one_record_per_line(path: pathlib.Path, n_rows: int) -> bool:
     """True when data row i is physical line i + 2 (no quoted line breaks, no bare-CR endings)."""
-    if path.suffix.lower() in (".gz", ".bz2", ".xz", ".zip", ".zst", ".tar"):
+    if path.suffix.lower() in COMPRESSED_SUFFIXES:
         return True  # compressed: not checked (row numbers assume one record per line)
     data = path.read_bytes()
     n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
@@ -396,7 +397,7 @@ def _fields_of_cut_last_line(path: pathlib.Path, n_columns: int) -> int | None:
     """The number of fields of the file's last line when the file ends without a line end and that
     line has fewer fields than the header (a file cut off mid-row); None otherwise. Compressed files
     are not checked (a cut one fails to decompress)."""
-    if path.suffix.lower() in (".gz", ".bz2", ".xz", ".zip", ".zst", ".tar"):
+    if path.suffix.lower() in COMPRESSED_SUFFIXES:
         return None
     try:
         with open(path, "rb") as f:
