@@ -23,8 +23,8 @@ reading. Figures, not a test: the output goes in the session's note and docs/dep
 --pid-namespaces runs each stand-in in a PID namespace of its own, with its own /proc (`unshare
 --pid --fork --mount-proc`, as a container without the host's PIDs holds a job; without its own
 /proc, CUDA fails to start there, error 304, on an H200 with driver 580): the sampler, on the
-host, must still find it by the PID NVML gives. It also runs a second `lucidd-sampler --once` in a PID namespace of its own (with
-its own /proc), which must warn that it cannot find jobs.
+host, must still find it by the PID NVML gives. It also runs a second `lucidd-sampler --once` in a
+PID namespace of its own (with its own /proc), which must warn that it cannot find jobs.
 """
 
 from __future__ import annotations

@@ -68,8 +68,9 @@ local function set(v) return v ~= nil and v ~= slurm.NO_VAL end
 local NO_VAL16 = 65534  -- an unset 16-bit count (slurm.h NO_VAL16), as ntasks_per_tres arrives
 
 -- Whether a batch script asks for GPUs in its own steps (`srun --gres=gpu:1`, `--gpus=1`,
--- `--gpus-per-task=1`, `--cpus-per-gpu=2`, ... outside its #SBATCH lines): inside a job of shards such a step is refused
--- ("Invalid generic resource"), and the job fails (an audit, on the test cluster).
+-- `--gpus-per-task=1`, `--cpus-per-gpu=2`, ... outside its #SBATCH lines): inside a job of shards
+-- such a step is refused ("Invalid generic resource"), and the job fails (an audit, on the test
+-- cluster).
 local function steps_ask_for_gpus(script)
   for line in string.gmatch(script or "", "[^\n]+") do
     if not string.find(line, "^%s*#") and (string.find(line, "%-%-gres[= ]%S*gpu")
