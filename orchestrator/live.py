@@ -8,7 +8,8 @@ decision reaches the cluster: Slurm places jobs itself, so the order is applied 
 (docs/deploy.md), and profiling is a partition lucidd moves jobs into and requeues them out of.
 
 SiteFactor of a waiting job:
-  starving (waited > starvation_s):  2,000,000,000 - minutes since EPOCH of its submission
+  starving (waited > starvation_s, less for a job of several nodes: `starvation_after`):
+                                     2,000,000,000 - minutes since EPOCH of its submission
   otherwise:                         1,000,000,000 - round(points_per_doubling * key)
 where key = log2(estimate x GPUs) + (submitted - EPOCH) / aging_halflife_s, which is
 `LucidPolicy.pending_key` up to the constant EPOCH/halflife. Both values depend only on what
@@ -55,11 +56,26 @@ def live_job(j, record) -> Job:
     return job
 
 
-def site_factor(policy: LucidPolicy, job: Job, now: int, points_per_doubling: int) -> tuple[int, bool]:
-    """(SiteFactor, starving) for a waiting job, from the policy's own sort key."""
+def starvation_after(cfg: LucidConfig, job: Job, node_gpus: int) -> int:
+    """Seconds `job` waits before it starves: starvation_s for a job that fits on one node, divided
+    by the nodes it needs (its GPUs over `node_gpus`, its partition's most GPUs on one node, rounded
+    up), at most starvation_node_cap. Why: backfill starts a smaller job wherever one fits, so a job
+    of several whole nodes is the one the cluster never drains for unless it is guarded; waiting as
+    long as a 1-GPU job, it set the tail of the small clusters (docs/lucid.md). node_gpus 0
+    (unknown): starvation_s."""
+    cap = cfg.starvation_node_cap
+    if cap <= 1 or node_gpus <= 0 or job.gpu_num <= node_gpus:
+        return cfg.starvation_s
+    return cfg.starvation_s // min(-(-job.gpu_num // node_gpus), cap)
+
+
+def site_factor(policy: LucidPolicy, job: Job, now: int, points_per_doubling: int,
+                node_gpus: int = 0) -> tuple[int, bool]:
+    """(SiteFactor, starving) for a waiting job, from the policy's own sort key; `node_gpus`: the
+    most GPUs on one node of its partition (`starvation_after`)."""
     cfg = policy.config
     submitted = job.attrs.get("submitted", job.submit_time)
-    if now - submitted > cfg.starvation_s:
+    if now - submitted > starvation_after(cfg, job, node_gpus):
         # Oldest first, a job's submission counted starving_halflife_s later per doubling of its
         # estimate x GPUs: a bounded preference for small jobs (at most ~25 half-lives between the
         # smallest and the largest), so a queue where most jobs starve is not plain FIFO.
@@ -640,7 +656,8 @@ class LucidDecider(Decider):
         o = config.ordering
         self.policy = LucidPolicy(replace(LucidConfig(), starvation_s=o.starvation_s,
                                           aging_halflife_s=o.aging_halflife_s,
-                                          starving_halflife_s=o.starving_halflife_s))
+                                          starving_halflife_s=o.starving_halflife_s,
+                                          starvation_node_cap=o.starvation_node_cap))
         m = config.models
         self.estimator = LiveEstimator(m.dir, o.default_estimate_s, m.refit_every_s, m.min_history_jobs,
                                        m.history_days)
@@ -672,7 +689,7 @@ class LucidDecider(Decider):
             waiting = [live_job(j, inp.records.get(j.job_id)) for j in inp.waiting]
             waiting += [live_job(j, inp.records.get(j.job_id)) for j in inp.inbox + inp.profiling
                         if j.job_id in released]
-            self._order(waiting, now, plan)
+            self._order(waiting, now, plan, inp.node_gpus)
         if self.packing is not None:
             self._pack(inp, plan)
         else:
@@ -706,7 +723,7 @@ class LucidDecider(Decider):
                                                        with_gpu_memory(self.packing, part, inp.gpu_memory),
                                                        self.packing_model, estimate_s=est, estimate_source=src)
 
-    def _order(self, jobs, now, plan):
+    def _order(self, jobs, now, plan, node_gpus):
         need = [j for j in jobs if j.estimate is None]
         fresh = self.estimator.estimate(need)
         for j in need:
@@ -722,15 +739,18 @@ class LucidDecider(Decider):
             if bounded != j.estimate:
                 j.estimate = bounded
                 capped.add(j.job_id)
-            value, starving = site_factor(self.policy, j, now, ppd)
+            value, starving = site_factor(self.policy, j, now, ppd, node_gpus.get(j.vc, 0))
             scored.append((value, starving, j))
         scored.sort(key=lambda t: (-t[0], t[2].seq))
         by_part = {}
         for value, starving, j in scored:
             rank = by_part[j.vc] = by_part.get(j.vc, 0) + 1
             hs = self.policy.config.starving_halflife_s
+            after = starvation_after(self.policy.config, j, node_gpus.get(j.vc, 0))
+            wide = (f" (starvation_s / {self.policy.config.starvation_s // after}: a job of several nodes)"
+                    if after != self.policy.config.starvation_s else "")
             why = ("starvation guard: waited "
-                   f"{(now - j.attrs['submitted']) / 3600:.1f} h > {self.policy.config.starvation_s / 3600:g} h"
+                   f"{(now - j.attrs['submitted']) / 3600:.1f} h > {after / 3600:g} h{wide}"
                    + (f", ordered among starving jobs by submission + {hs / 3600:g} h per doubling of "
                       f"estimate x GPUs" if hs else ", oldest first")
                    if starving else self.policy.priority_text(j, now))
@@ -766,6 +786,7 @@ class LucidDecider(Decider):
                 "queued": dict(inp.queued),
                 "free_gpus": dict(inp.free_gpus),
                 "lendable": [inp.lendable_gpus, inp.lendable_node_gpus], "busy_nodes": sorted(inp.busy_nodes),
+                "node_gpus": dict(inp.node_gpus),
                 "config": {"tprof_s": self.cfg.profiler.tprof_s, "nprof_gpus": self.cfg.profiler.nprof_gpus,
                            "skip_when_free": self.cfg.profiler.skip_when_free,
                            "capacity_gpus": self.cfg.profiler.capacity_gpus,
@@ -780,6 +801,7 @@ class LucidDecider(Decider):
                            "starvation_s": self.policy.config.starvation_s,
                            "aging_halflife_s": self.policy.config.aging_halflife_s,
                            "starving_halflife_s": self.policy.config.starving_halflife_s,
+                           "starvation_node_cap": self.policy.config.starvation_node_cap,
                            "points_per_doubling": self.cfg.ordering.points_per_doubling},
                 "inbox": [jd(j) for j in inp.inbox], "profiling": [jd(j) for j in inp.profiling],
                 "waiting": [jd(j) for j in decided],
@@ -856,7 +878,9 @@ def replay_recorded(recorded: dict) -> dict:
     SiteFactors), so a test can compare them."""
     c = recorded["config"]
     policy = LucidPolicy(replace(LucidConfig(), starvation_s=c["starvation_s"], aging_halflife_s=c["aging_halflife_s"],
-                                 starving_halflife_s=c.get("starving_halflife_s", 0)))
+                                 starving_halflife_s=c.get("starving_halflife_s", 0),
+                                 starvation_node_cap=c.get("starvation_node_cap", 1)))
+    node_gpus = recorded.get("node_gpus", {})
     now = recorded["now"]
 
     def job(d):
@@ -870,7 +894,8 @@ def replay_recorded(recorded: dict) -> dict:
     factors = {}
     released = set(recorded["decisions"]["release"])
     for d in recorded["waiting"] + [d for d in recorded["inbox"] + recorded["profiling"] if d["job_id"] in released]:
-        factors[str(d["job_id"])] = site_factor(policy, job(d), now, c["points_per_doubling"])[0]
+        factors[str(d["job_id"])] = site_factor(policy, job(d), now, c["points_per_doubling"],
+                                                node_gpus.get(d["target_partition"] or d["partition"], 0))[0]
     profiled = set(recorded["decisions"]["profile"])
     order = sorted((job(d) for d in recorded["inbox"] if d["job_id"] in profiled), key=LeastGPUFirst.pending_key)
     return {"profile": [j.job_id for j in order], "site_factors": factors}

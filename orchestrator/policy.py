@@ -53,6 +53,10 @@ class LucidConfig:
     # submission counts this much later per doubling of estimate x GPUs (the aged key with this
     # half-life); 0: oldest first. lucid-standalone's guard does not read it.
     starving_halflife_s: int = 0
+    # Lucid on Slurm only: a job that needs k nodes (its GPUs over its partition's GPUs per node,
+    # rounded up) starves after starvation_s / min(k, starvation_node_cap). 1: the same wait for
+    # every job (lucid-standalone's guard, which does not read it).
+    starvation_node_cap: int = 1
     guard_one: bool = True  # only the longest-waiting starving job jumps the queue
     # Backfilling around a starving job trusts estimates, which can be far too short: each
     # backfilled job that overruns pushes the reservation back, with no bound. After this long

@@ -51,7 +51,7 @@ from lucidd.policies.base import ClusterView, SchedulingView
 from lucidd.policies.slurm_backfill import SlurmBackfill, SlurmConfig
 from lucidd.simulator import SimulationError, _SortedJobs
 
-from .live import plan_profiling, profiling_room_wait, profiling_skip_reason, site_factor
+from .live import plan_profiling, profiling_room_wait, profiling_skip_reason, site_factor, starvation_after
 from .policy import LucidConfig, LucidPolicy
 
 PROFILING = "profiling"
@@ -121,6 +121,7 @@ LIVE_OPTIONS = {
     "starvation_s": ("ordering", "starvation_s", int, True),
     "aging_halflife_s": ("ordering", "aging_halflife_s", int, True),
     "starving_halflife_s": ("ordering", "starving_halflife_s", int, True),
+    "starvation_node_cap": ("ordering", "starvation_node_cap", int, False),
     "points_per_doubling": ("ordering", "points_per_doubling", int, False),
 }
 
@@ -206,7 +207,10 @@ class LucidOnSlurm:
         self.lend = bool(live.profiler.lend_idle_gpus)
         self.lucid = LucidPolicy(LucidConfig(starvation_s=live.ordering.starvation_s,
                                              aging_halflife_s=live.ordering.aging_halflife_s,
-                                             starving_halflife_s=live.ordering.starving_halflife_s))
+                                             starving_halflife_s=live.ordering.starving_halflife_s,
+                                             starvation_node_cap=live.ordering.starvation_node_cap))
+        # partition -> GPUs per node, as the daemon reads it (DecisionInput.node_gpus)
+        self.node_gpus = {name: vc.gpus_per_node for name, vc in spec.vcs.items()}
         if make_slurm is None:
             # backfill's early stop must know the smallest limit a job brings itself
             own = [j.time_limit for j in jobs if j.time_limit]
@@ -279,7 +283,7 @@ class LucidOnSlurm:
         """(SiteFactor, starving) as lucidd writes it for `job` at wall-clock `now_abs`."""
         if not self.order_on:
             return 0, False
-        return site_factor(self.lucid, self._ordered(job), now_abs, self.ppd)
+        return site_factor(self.lucid, self._ordered(job), now_abs, self.ppd, self.node_gpus.get(job.vc, 0))
 
     def _set_site_factor(self, job: Job, now_abs: int):
         value, starving = self.site_factor_of(job, now_abs)
@@ -287,7 +291,8 @@ class LucidOnSlurm:
         job.attrs["_starving"] = starving
         if self.order_on and not starving:
             # the one later change of the value: the first cycle after it starts starving
-            due = self._cycle_after(job.attrs["submitted"] + self.lucid.config.starvation_s)
+            after = starvation_after(self.lucid.config, job, self.node_gpus.get(job.vc, 0))
+            due = self._cycle_after(job.attrs["submitted"] + after)
             heapq.heappush(self._rekeys, (due, job.seq))
 
     def _rekey(self, t: int):
@@ -822,7 +827,7 @@ def _site_factor_key(job):
 # capacity's defaults and no width limit, no lending (the keys every record has are not here).
 _RECORD_DEFAULTS = {"starving_halflife_s": 0, "skip_when_free": False, "capacity_gpus": 0, "burst_capacity_gpus": 0,
                     "burst_queue": 10, "max_job_share": 1.0, "lend_idle_gpus": False, "long_tprof_s": 0,
-                    "long_share": 0.0, "reclaim_lent": False, "room_wait_s": 0}
+                    "long_share": 0.0, "reclaim_lent": False, "room_wait_s": 0, "starvation_node_cap": 1}
 
 
 def replay_cycle(recorded: dict, live=None) -> dict:
@@ -851,6 +856,7 @@ def replay_cycle(recorded: dict, live=None) -> dict:
         jobs.append(j)
     spec = ClusterSpec({vc: VCSpec(vc, max(1, n), 8) for vc, n in parts.items()})
     sim = LucidOnSlurm(jobs, spec, live, profiling_gpus=recorded["profiling_gpus"])
+    sim.node_gpus = dict(recorded.get("node_gpus") or {})  # as the daemon saw them (none: starvation_s)
     sim._init_state()
     if sim.prof_gate:  # the partitions' queues and free GPUs as the daemon saw them
         queued, free = dict(recorded.get("queued") or {}), dict(recorded.get("free_gpus") or {})

@@ -104,6 +104,14 @@ SCHEMA: dict[str, dict[str, Key]] = {
         # for the jobs Slurm's backfill would otherwise pass over for days (wide jobs whose estimate
         # is too long), at every load; 96 h with 48 h aging (lucid-standalone's) did not.
         "starvation_s": Key(int, 12 * 3600, "wait after which a job goes to the front", min=1, max=10 ** 9),
+        # 4: on the load sweep and the small clusters (docs/lucid.md, "Wide jobs starve sooner") a
+        # job of two or more nodes, which backfill passes over while any smaller job fits, was the
+        # tail (vcHvQ's 32-GPU jobs); guarding it sooner cut vcHvQ's jittered p99.9 11 % and
+        # Venus x1.0's 9 %, with no average JCT worse (on 8-GPU nodes: 6 h for 9-16 GPUs, 4 h up to
+        # 24, 3 h beyond)
+        "starvation_node_cap": Key(int, 4, "a job needing k nodes (its GPUs over the partition's GPUs per "
+                                            "node, rounded up) starves after starvation_s / min(k, this); 1: "
+                                            "starvation_s for every job", min=1, max=64),
         "aging_halflife_s": Key(int, 0, "a waiting job's estimate x GPUs halves every this many seconds "
                                                 "(0: no aging)", min=0, max=10 ** 9),
         # 1 h: on the load sweep (docs/lucid.md) it cut the average JCT where most jobs starve

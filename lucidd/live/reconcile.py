@@ -78,6 +78,9 @@ class DecisionInput:
     # partition -> {GPU node: its smallest GPU's memory in MiB as its NVML sampler said, or None},
     # read when some waiting job is one of shards and [packing] is enabled with gpu_memory_mib = 0
     gpu_memory: dict = field(default_factory=dict)
+    # partition -> the most GPUs on one of its nodes (usable or not: the partition's shape), for the
+    # starvation guard of a job of several nodes ([ordering] starvation_node_cap)
+    node_gpus: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -466,10 +469,11 @@ class Reconciler:
         queued = {}
         for j in waiting:
             queued[j.partition] = queued.get(j.partition, 0) + 1
-        free = {}
+        free, node_gpus = {}, {}
         for n in snap.nodes.values():
-            if n.usable:
-                for part in n.partitions:
+            for part in n.partitions:
+                node_gpus[part] = max(node_gpus.get(part, 0), n.gpus)
+                if n.usable:
                     free[part] = max(free.get(part, 0), n.gpus - n.used)
         lend_gpus, lend_node, self._not_lendable, busy = self._lendable(snap, waiting)
         # A shadow's virtual runs go on whether or not it was away: after its restart they are requeued
@@ -484,7 +488,7 @@ class Reconciler:
         gpu_memory = self._partition_gpu_memory(snap) if packable and by_samplers else {}
         inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus, queued, free,
                             lend_gpus, lend_node, busy, away_s=0.0 if self.dry_run else away_s, signalled=signalled,
-                            gpu_profiles=profiles, gpu_memory=gpu_memory)
+                            gpu_profiles=profiles, gpu_memory=gpu_memory, node_gpus=node_gpus)
         plan = self.decider.decide(inp)
         plan.release.extend(direct)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).

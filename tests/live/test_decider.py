@@ -467,6 +467,35 @@ def test_starving_jobs_oldest_first_with_a_bounded_preference_for_small_ones(dec
     assert v0[3] > v0[1] > v0[2] > v0[4]
 
 
+def test_a_job_of_several_nodes_starves_sooner(decider):
+    """[ordering] starvation_node_cap (4): on 8-GPU nodes a job of k nodes starves after 12 h / min(k, 4);
+    nodes of unknown size (no node_gpus for the partition) keep 12 h for every job."""
+    h = 3600
+    specs = [(1, 32, 1e5, NOW - 3 * h - 60),  # 4 nodes: 3 h
+             (2, 64, 1e5, NOW - 3 * h - 60),  # 8 nodes, the cap: 3 h
+             (3, 16, 1e5, NOW - 5 * h),  # 2 nodes: 6 h, not yet
+             (4, 16, 1e5, NOW - 6 * h - 60),
+             (5, 8, 1e5, NOW - 11 * h),  # one node: 12 h
+             (6, 24, 1e5, NOW - 4 * h - 60)]  # 3 nodes: 4 h
+    jobs, records = [], {}
+    for spec in specs:
+        j, r = waiting_job(*spec)
+        jobs.append(j)
+        records[j.job_id] = r
+    x = inp(waiting=jobs, records=records)
+    x.node_gpus = {"main": 8}
+    plan = decider.decide(x)
+    starving = {jid for jid, (_, _, why) in plan.site_factors.items() if "starvation guard" in why}
+    assert starving == {1, 2, 4, 6}
+    assert "> 3 h (starvation_s / 4: a job of several nodes)" in plan.site_factors[1][2]
+    assert "> 6 h (starvation_s / 2" in plan.site_factors[4][2]
+    recorded = decider.record(x, plan)
+    assert recorded["node_gpus"] == {"main": 8}
+    assert replay_recorded(recorded)["site_factors"] == {str(k): v for k, (v, _, _) in plan.site_factors.items()}
+    x.node_gpus = {}  # unknown: 12 h for every job
+    assert not any("starvation guard" in why for _, _, why in decider.decide(x).site_factors.values())
+
+
 def test_same_job_same_value_on_two_calls_and_later(decider):
     specs = [(i, 2 ** (i % 4), 60.0 * (i + 1), NOW - 100 * i) for i in range(1, 20)]
     first, _, _ = decide_waiting(decider, specs)
@@ -585,7 +614,7 @@ def test_record_is_json_and_carries_the_config(decider):
                               "burst_capacity_gpus": 0, "burst_queue": 10, "max_job_share": 1.0,
                               "lend_idle_gpus": False, "reclaim_lent": False, "long_tprof_s": 0, "long_share": 0.06,
                               "room_wait_s": 0, "starvation_s": 12 * 3600, "aging_halflife_s": 0,
-                              "starving_halflife_s": 3600, "points_per_doubling": 1000}
+                              "starving_halflife_s": 3600, "starvation_node_cap": 4, "points_per_doubling": 1000}
     assert back["now"] == NOW and back["profiling_gpus"] == 32 and back["lendable"] == [0, 0]
 
 

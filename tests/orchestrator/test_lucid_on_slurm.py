@@ -186,6 +186,22 @@ def test_starvation_rekey_puts_the_starving_job_first():
     assert r2.loc["big", "main_start"] > r.loc["big", "main_start"] + 1000  # without the guard it waits on
 
 
+def test_a_job_of_two_nodes_starves_after_half_the_wait():
+    # [ordering] starvation_node_cap: wide needs both 8-GPU nodes, so with starvation_s = 2000 and a
+    # cap of 2 it starves after 1000 s (the cycle at 1020 writes it), as `big` above does after 1000;
+    # with the cap at 1 it waits the whole 2000 s first.
+    rows = [("wide", 16, 15, 100, 10_000)] + [(f"s{i}", 4, 5 + 200 * i, 400, 10) for i in range(30)]
+    r, stats = replay(rows, nodes=2, profiling=False, starvation_s=2000, aging_halflife_s=0, starvation_node_cap=2)
+    assert stats.rekeys == 1 and r.loc["wide", "decision"].startswith("starvation guard")
+    assert 1020 <= r.loc["wide", "main_start"] <= 1020 + 400
+    r1, _ = replay(rows, nodes=2, profiling=False, starvation_s=2000, aging_halflife_s=0, starvation_node_cap=1)
+    assert 2020 <= r1.loc["wide", "main_start"] <= 2020 + 400
+    # a job of one node keeps the whole wait, whatever the cap (on one node, as `big` above)
+    one = [("big", 8, 15, 100, 10_000)] + [(f"s{i}", 4, 5 + 200 * i, 400, 10) for i in range(30)]
+    r8, _ = replay(one, nodes=1, profiling=False, starvation_s=2000, aging_halflife_s=0, starvation_node_cap=4)
+    assert 2020 <= r8.loc["big", "main_start"] <= 2020 + 400
+
+
 # ----- one decision path with the daemon --------------------------------------------------------------
 
 NOW = EPOCH + 300 * 86400
@@ -304,6 +320,7 @@ def test_every_replay_option_is_a_config_key_and_round_trips(tmp_path):
                                          "lend_idle_gpus": False, "long_tprof_s": 900, "long_share": 0.1,
                                          "reclaim_lent": True, "room_wait_s": 1000},
                             "ordering": {"starvation_s": 7200, "aging_halflife_s": 3600, "starving_halflife_s": 600,
+                                         "starvation_node_cap": 2,
                                          "points_per_doubling": 9}})
     default = config_from_dict({"daemon": {"state_dir": str(tmp_path)}})
     for opt, (section, key, _, _) in LIVE_OPTIONS.items():
