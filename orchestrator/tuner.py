@@ -114,6 +114,7 @@ def lucidd_space(exp: Experiment) -> list[TunableParam]:
         TunableParam("prof_lend", (1, 0), {}, "[profiler] lend_idle_gpus"),
         TunableParam("profiling", (1, 0), {}, "[profiler] enabled"),
         TunableParam("starvation_s", tuple(h * HOUR for h in (6, 12, 24, 48, 96)), {}, "[ordering] starvation_s"),
+        TunableParam("starvation_node_cap", (1, 2, 4, 8), {}, "[ordering] starvation_node_cap"),
         TunableParam("starving_halflife_s", (0, 1800, 3600, 7200), {}, "[ordering] starving_halflife_s"),
         TunableParam("aging_halflife_s", tuple(v for v in (h * HOUR for h in (24, 48, 96, 0)) if fits(v)), {},
                      "[ordering] aging_halflife_s"),
