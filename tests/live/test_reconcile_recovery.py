@@ -638,3 +638,26 @@ def test_job_records_are_kept_for_the_models_history_window_at_least(tmp_path):
     clock.t += 10
     assert rec.cycle().ok
     assert calls == [(int(clock.t) - 90 * 86400, int(clock.t) - 30 * 86400)]
+
+
+def test_the_daemon_guards_a_job_of_several_nodes_sooner(cluster):
+    """[ordering] starvation_node_cap (4): the daemon reads its partitions' GPUs per node from
+    Slurm's nodes (8 here), so a 16-GPU job starves after 12 h / 2 while an 8-GPU job submitted with
+    it waits the whole 12 h first."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False)
+    rec = lucidd()
+    slurm.submit(1, partition="main", gpus=16)  # wider than Nprof: straight to main
+    slurm.submit(2, partition="main", gpus=8)
+    slurm.jobs[2].requeue = False  # not profiled either: both wait in main from the first cycle
+    run_cycles(rec, clock, 20)
+    assert slurm.jobs[1].partition == slurm.jobs[2].partition == "main"
+    normal = store.job(1).site_factor
+    assert normal < 2 * 10 ** 9 - 10 ** 8
+    clock.t += 6 * 3600
+    run_cycles(rec, clock, 20)
+    assert store.job(1).site_factor > 2 * 10 ** 9 - 10 ** 8  # starving: in front
+    assert store.job(2).site_factor < 2 * 10 ** 9 - 10 ** 8  # one node: not before 12 h
+    assert "> 6 h (starvation_s / 2: a job of several nodes)" in store.actions_for(1)[-1].reason
+    clock.t += 6 * 3600
+    run_cycles(rec, clock, 20)
+    assert store.job(2).site_factor > 2 * 10 ** 9 - 10 ** 8
