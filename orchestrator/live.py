@@ -56,17 +56,22 @@ def live_job(j, record) -> Job:
     return job
 
 
-def starvation_after(cfg: LucidConfig, job: Job, node_gpus: int) -> int:
-    """Seconds `job` waits before it starves: starvation_s for a job that fits on one node, divided
-    by the nodes it needs (its GPUs over `node_gpus`, its partition's most GPUs on one node, rounded
-    up), at most starvation_node_cap. Why: backfill starts a smaller job wherever one fits, so a job
-    of several whole nodes is the one the cluster never drains for unless it is guarded; waiting as
-    long as a 1-GPU job, it set the tail of the small clusters (docs/lucid.md). node_gpus 0
-    (unknown): starvation_s."""
+def starvation_divisor(cfg: LucidConfig, job: Job, node_gpus: int) -> int:
+    """What starvation_s is divided by for `job`: the nodes it needs (its GPUs over `node_gpus`, its
+    partition's most GPUs on one node, rounded up), at most starvation_node_cap; 1 for a job that
+    fits on one node, or when node_gpus is 0 (unknown). Why: backfill starts a smaller job wherever
+    one fits, so a job of several whole nodes is the one the cluster never drains for unless it is
+    guarded; waiting as long as a 1-GPU job, it set the tail of the small clusters (docs/lucid.md,
+    "Wide jobs starve sooner")."""
     cap = cfg.starvation_node_cap
     if cap <= 1 or node_gpus <= 0 or job.gpu_num <= node_gpus:
-        return cfg.starvation_s
-    return cfg.starvation_s // min(-(-job.gpu_num // node_gpus), cap)
+        return 1
+    return min(-(-job.gpu_num // node_gpus), cap)
+
+
+def starvation_after(cfg: LucidConfig, job: Job, node_gpus: int) -> int:
+    """Seconds `job` waits before it starves (`starvation_divisor`)."""
+    return cfg.starvation_s // starvation_divisor(cfg, job, node_gpus)
 
 
 def site_factor(policy: LucidPolicy, job: Job, now: int, points_per_doubling: int,
@@ -746,9 +751,9 @@ class LucidDecider(Decider):
         for value, starving, j in scored:
             rank = by_part[j.vc] = by_part.get(j.vc, 0) + 1
             hs = self.policy.config.starving_halflife_s
-            after = starvation_after(self.policy.config, j, node_gpus.get(j.vc, 0))
-            wide = (f" (starvation_s / {self.policy.config.starvation_s // after}: a job of several nodes)"
-                    if after != self.policy.config.starvation_s else "")
+            k = starvation_divisor(self.policy.config, j, node_gpus.get(j.vc, 0))
+            after = self.policy.config.starvation_s // k
+            wide = f" (starvation_s / {k}: a job of several nodes)" if k > 1 else ""
             why = ("starvation guard: waited "
                    f"{(now - j.attrs['submitted']) / 3600:.1f} h > {after / 3600:g} h{wide}"
                    + (f", ordered among starving jobs by submission + {hs / 3600:g} h per doubling of "
