@@ -750,15 +750,17 @@ class LucidDecider(Decider):
         by_part = {}
         for value, starving, j in scored:
             rank = by_part[j.vc] = by_part.get(j.vc, 0) + 1
-            hs = self.policy.config.starving_halflife_s
-            k = starvation_divisor(self.policy.config, j, node_gpus.get(j.vc, 0))
-            after = self.policy.config.starvation_s // k
-            wide = f" (starvation_s / {k}: a job of several nodes)" if k > 1 else ""
-            why = ("starvation guard: waited "
-                   f"{(now - j.attrs['submitted']) / 3600:.1f} h > {after / 3600:g} h{wide}"
-                   + (f", ordered among starving jobs by submission + {hs / 3600:g} h per doubling of "
-                      f"estimate x GPUs" if hs else ", oldest first")
-                   if starving else self.policy.priority_text(j, now))
+            if starving:  # the job's own threshold, worked out only for the jobs it concerns
+                hs = self.policy.config.starving_halflife_s
+                k = starvation_divisor(self.policy.config, j, node_gpus.get(j.vc, 0))
+                wide = f" (starvation_s / {k}: a job of several nodes)" if k > 1 else ""
+                why = ("starvation guard: waited "
+                       f"{(now - j.attrs['submitted']) / 3600:.1f} h > "
+                       f"{self.policy.config.starvation_s // k / 3600:g} h{wide}"
+                       + (f", ordered among starving jobs by submission + {hs / 3600:g} h per doubling of "
+                          f"estimate x GPUs" if hs else ", oldest first"))
+            else:
+                why = self.policy.priority_text(j, now)
             est = (f"estimate {j.estimate:,.0f} s, capped at the job's time limit" if j.job_id in capped
                    else f"estimate {j.estimate:,.0f} s")
             plan.site_factors[j.job_id] = (value, rank, f"rank {rank} in {j.vc}: {why} ({est}); SiteFactor {value}")
