@@ -80,9 +80,9 @@ def parse_policy(p: str):
 
 
 def offered_load(exp) -> float:
-    t = exp.trace
-    span = float(t["submit_time"].max() - t["submit_time"].min()) or 1.0
-    return float((t["gpu_num"] * t["duration"]).sum()) / (exp.spec.total_gpus * span)
+    from lucidd.metrics import offered_load as load
+
+    return load(exp.trace, exp.spec.total_gpus)
 
 
 def per_vc(jobs) -> dict:

@@ -545,25 +545,50 @@ def cmd_simulate(args) -> int:
     manifest = out.finish({"trace": loaded.path, "format": loaded.fmt, "jobs": int(len(exp.trace)),
                            "cluster": exp.spec.describe(), "policies": policies,
                            "argv": getattr(args, "argv", None)})
+    behind = _behind_slurm(exp, results, summary)
     if args.json:
         print(json.dumps({
             "trace": loaded.path, "format": loaded.fmt, "jobs": int(len(exp.trace)), "dropped": loaded.dropped,
             "cluster": {k: {"nodes": v.nodes, "gpus_per_node": v.gpus_per_node} for k, v in exp.spec.vcs.items()},
             "out": os.path.abspath(args.out), "summary": summary.to_dict("records"),
             "seconds": {k: round(v, 3) for k, v in timings.items()}, "notes": exp.notes,
-            "manifest": os.path.abspath(manifest),
+            "behind_slurm": behind, "manifest": os.path.abspath(manifest),
         }, indent=2, default=str))
     else:
+        from orchestrator.against_slurm import describe
+
         for note in exp.notes:
             print(f"note: {note}")
         print()
         print(format_table(summary.to_dict("records")))
         print()
+        for entry in behind:
+            print(f"note: {describe(entry)}")
+        if behind:
+            print()
         print("wrote summary.csv, jobs_<policy>.csv"
               + ("" if args.no_plots else ", jct_cdf.png, timeline.png")
               + (", models/" if any(p.startswith("lucid") for p in policies) else "")
               + f" and manifest.json to {args.out}/")
     return 0
+
+
+def _behind_slurm(exp, results, summary) -> list[dict]:
+    """Where a Lucid-on-Slurm replay of this run is behind `slurm`'s, with the causes the replay
+    shows (orchestrator.against_slurm); empty unless both ran."""
+    from orchestrator.against_slurm import ON_SLURM, behind_slurm
+
+    names = {r.policy for r in results}
+    if "slurm" not in names or not names & set(ON_SLURM):
+        return []
+    from orchestrator.slurm_mode import live_config
+
+    from .metrics import offered_load
+
+    interval_s = live_config({"interval_s": exp.options.get("interval_s")}).daemon.interval_s
+    profiler = {r.policy: r.extra.get("profiler") for r in results}
+    return behind_slurm(summary.to_dict("records"), profiler, offered_load(exp.trace, exp.spec.total_gpus),
+                        exp.spec.total_gpus, interval_s)
 
 
 def cmd_tune(args) -> int:

@@ -11,6 +11,15 @@ SUMMARY_COLUMNS = [
 ]
 
 
+def offered_load(trace: pd.DataFrame, total_gpus: int) -> float:
+    """GPU-seconds asked over the cluster's GPUs x the submission span: above 1, work arrives faster
+    than the cluster can do it, and the queue grows until the submissions stop."""
+    if not len(trace) or total_gpus <= 0:
+        return 0.0
+    span = float(trace["submit_time"].max() - trace["submit_time"].min()) or 1.0
+    return float((trace["gpu_num"] * trace["duration"]).sum()) / (total_gpus * span)
+
+
 def busy_gpu_seconds(series: pd.DataFrame, until: int) -> float:
     """Integrate the cluster-wide busy-GPU step series up to `until`."""
     if series is None or series.empty:
