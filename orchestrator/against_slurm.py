@@ -16,6 +16,7 @@ from __future__ import annotations
 # The variants that go through Slurm's engine as lucidd does (orchestrator/slurm_mode.py); the
 # standalone engine is another scheduler, whose gaps these causes do not describe.
 ON_SLURM = ("lucid", "lucid-noprofiler", "lucid-nopacking", "lucid-oracle")
+SMALL_GAP = 0.02  # under this share, one replay's gap is not yet a difference
 
 
 def _gap(a: float, b: float) -> str:
@@ -34,7 +35,8 @@ def behind_slurm(rows: list[dict], profiler: dict, offered_load: float, total_gp
     demand over capacity (`lucidd.metrics.offered_load`); interval_s: lucidd's reconcile interval.
     Each entry: policy, behind ({measure: [lucid, slurm]}), causes (list of {cause, ...figures}):
     "inbox wait" (the gap is at most one interval; alone then), "profiling runs done twice",
-    "overload" (p99.9 behind past 100 % load), or "order" when neither of the last two applies."""
+    "overload" (p99.9 behind past 100 % load), or "order" when neither of the last two applies;
+    small_gap: every gap under SMALL_GAP of `slurm`'s figure."""
     base = next((r for r in rows if r["policy"] == "slurm"), None)
     if base is None:
         return []
@@ -59,7 +61,10 @@ def behind_slurm(rows: list[dict], profiler: dict, offered_load: float, total_gp
                 causes.append({"cause": "overload", "offered_load": round(offered_load, 3)})
             if not causes:
                 causes.append({"cause": "order", "offered_load": round(offered_load, 3)})
-        out.append({"policy": r["policy"], "behind": behind, "causes": causes})
+        # a replay without preemption is chaotic: a gap of a percent or two can move to either side
+        # when submissions move by a minute (docs/lucid.md, "Jittered replays")
+        small = all(sl > 0 and (lu - sl) / sl < SMALL_GAP for lu, sl in behind.values())
+        out.append({"policy": r["policy"], "behind": behind, "causes": causes, "small_gap": small})
     return out
 
 
@@ -89,6 +94,9 @@ def describe(entry: dict) -> str:
     if why:
         causes = "; ".join(why)
         text += f" {causes[0].upper()}{causes[1:]}."
+    if entry.get("small_gap"):
+        text += (" A gap under 2 % can be one replay's luck: replays with submissions moved by a minute "
+                 "land on either side (docs/lucid.md, \"Jittered replays\").")
     if twice and entry["policy"] != "lucid-noprofiler":
         text += " lucid-noprofiler replays the same order without profiling, to show what it gains and costs here."
     return text + ' See docs/lucid.md, "The tails still above slurm\'s".'

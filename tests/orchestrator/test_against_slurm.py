@@ -32,6 +32,7 @@ def test_an_overloaded_tail_names_the_runs_done_twice_and_the_load():
     assert "offered load is 113 %" in text and "work done twice and GPUs left idle" in text
     assert "lucid-noprofiler replays the same order" in text
     assert "work done twice" not in describe(noprof) and "lucid-noprofiler replays" not in describe(noprof)
+    assert not lucid["small_gap"] and "luck" not in text
     json.dumps(out)  # plain data, as `--json simulate` prints it
 
 
@@ -41,6 +42,7 @@ def test_a_gap_within_one_interval_is_the_inbox_wait_alone():
     assert e["causes"] == [{"cause": "inbox wait", "interval_s": 10.0}]  # not the 128 GPU-h: they are hours
     text = describe(e)
     assert "(+4 s)" in text and "within one reconcile interval (10 s)" in text and "profiling runs" not in text
+    assert e["small_gap"] and "under 2 % can be one replay's luck" in text
 
 
 def test_no_profiling_and_no_overload_leaves_the_order():
