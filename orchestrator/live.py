@@ -175,6 +175,11 @@ class _Lent:
 _LENT = _Lent()
 
 
+def lent_tprof(p) -> int:
+    """Tprof of a lent run (`run_tprof` of a run admitted on GPUs nobody waited for)."""
+    return run_tprof(p, _LENT)
+
+
 def run_tprof(p, record) -> int:
     """Tprof of a run admitted on GPUs nobody waited for: `long_tprof_s` (or `tprof_s`)."""
     if getattr(record, "lent", False) and getattr(p, "long_tprof_s", 0):
@@ -220,7 +225,7 @@ def _warned_before_requeue(plan: Plan, j, warning, signalled: dict, now: int, ra
 def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, profiling_gpus: int,
                    plan: Plan | None = None, skip=None, capacity=None, queued: dict | None = None,
                    free: dict | None = None, lendable: tuple[int, int] = (0, 0), busy_nodes=(),
-                   away_s: float | None = None, signalled: dict | None = None) -> Plan:
+                   away_s: float | None = None, signalled: dict | None = None, node_wait_s=None) -> Plan:
     """One cycle's profiling decisions (plan.requeue, abandon, profile, release), as lucidd makes them.
 
     Tprof: a job running in profiling for >= Tprof is requeued; one that ran far past it while
@@ -245,7 +250,10 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     the capacity (plan.lend: the daemon steers it with ExcNodeList; lent jobs admitted and not yet
     started count against those GPUs); any other job within the capacity, which lent runs do not
     use. `busy_nodes`: nodes of partitions someone waits in; with `reclaim_lent` a lent run on one
-    of them is requeued (someone now waits for its GPUs). A lent run's Tprof is `long_tprof_s`;
+    of them is requeued (someone now waits for its GPUs). With `keep_lent_while_idle` a lent run is
+    requeued only once a job in a partition of its node has waited `long_tprof_s` since submission
+    (`node_wait_s`: busy node -> that longest wait; None: every busy node counts): at its Tprof if
+    that came before, else then (reclaimed); until then it runs on, past its Tprof, unwarned. A lent run's Tprof is `long_tprof_s`;
     other runs past `tprof_s` go on to it too, oldest first, while they hold at most `long_share`
     of the profiling GPUs."""
     plan = plan if plan is not None else Plan()
@@ -307,6 +315,20 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
                                                 f"waits in a partition of {','.join(j.node_names)}"))
             continue
         limit = run_tprof(p, r)
+        if getattr(r, "lent", False) and getattr(p, "keep_lent_while_idle", False) and j.node_names:
+            waits = [(node_wait_s.get(n, 0) if node_wait_s is not None else limit)
+                     for n in j.node_names if n in busy_nodes]
+            if not waits or max(waits) < limit:
+                # nobody has waited long_tprof_s for its GPUs: past its Tprof it runs on (requeued, it
+                # would lose its run, and restart, often at once, in its own partition); before, no warning
+                continue
+            if ran >= limit:  # kept past its Tprof, and someone has now waited that long: reclaimed
+                if _warned_before_requeue(plan, j, warning, signalled, now, ran, RECLAIM_POINT, cap=grace / 2):
+                    plan.requeue.append((j.job_id, f"ran {ran} s in profiling on lent GPUs, kept past Tprof {limit} s "
+                                                    f"while nobody waited that long for them: reclaimed, a job has "
+                                                    f"waited {max(waits)} s in a partition of {','.join(j.node_names)}"))
+                continue
+            # waited for that long before its Tprof: requeued at Tprof, as without the key
         kept = ""
         if limit == tprof and ran >= tprof and long_used + j.gpus <= long_budget:
             # one of the oldest runs past Tprof: kept as a long run, and requeued at long_tprof_s like a
@@ -391,7 +413,7 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
             plan.profile.append((job_id, f"profiling on GPUs nobody waits for: {g} GPU(s), least-GPUs-first, "
                                              f"on a node of a partition with no queue (with it, {lent} of the "
                                              f"{lend_free} idle GPUs there are lent to profiling), "
-                                             f"Tprof {run_tprof(p, _LENT)} s"))
+                                             f"Tprof {lent_tprof(p)} s"))
             plan.lend.append(job_id)
         elif used + g <= cap:
             used += g
@@ -686,6 +708,7 @@ class LucidDecider(Decider):
                               capacity=lambda queue_len: self.capacity(inp, queue_len),
                               queued=inp.queued if gate else None, free=inp.free_gpus if gate else None,
                               lendable=(inp.lendable_gpus, inp.lendable_node_gpus), busy_nodes=inp.busy_nodes,
+                              node_wait_s=inp.node_wait_s,
                               away_s=inp.away_s, signalled=inp.signalled)
         now = inp.now
         # Main queues: Lucid's order as SiteFactor.
@@ -793,6 +816,7 @@ class LucidDecider(Decider):
                 "queued": dict(inp.queued),
                 "free_gpus": dict(inp.free_gpus),
                 "lendable": [inp.lendable_gpus, inp.lendable_node_gpus], "busy_nodes": sorted(inp.busy_nodes),
+                "node_wait_s": dict(inp.node_wait_s) if inp.node_wait_s is not None else None,
                 "node_gpus": dict(inp.node_gpus),
                 "config": {"tprof_s": self.cfg.profiler.tprof_s, "nprof_gpus": self.cfg.profiler.nprof_gpus,
                            "skip_when_free": self.cfg.profiler.skip_when_free,
@@ -802,6 +826,7 @@ class LucidDecider(Decider):
                            "max_job_share": self.cfg.profiler.max_job_share,
                            "lend_idle_gpus": self.cfg.profiler.lend_idle_gpus,
                            "reclaim_lent": self.cfg.profiler.reclaim_lent,
+                           "keep_lent_while_idle": self.cfg.profiler.keep_lent_while_idle,
                            "long_tprof_s": self.cfg.profiler.long_tprof_s,
                            "long_share": self.cfg.profiler.long_share,
                            "room_wait_s": self.cfg.profiler.room_wait_s,

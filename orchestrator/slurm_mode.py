@@ -51,7 +51,7 @@ from lucidd.policies.base import ClusterView, SchedulingView
 from lucidd.policies.slurm_backfill import SlurmBackfill, SlurmConfig
 from lucidd.simulator import SimulationError, _SortedJobs
 
-from .live import plan_profiling, profiling_room_wait, profiling_skip_reason, site_factor, starvation_after
+from .live import lent_tprof, plan_profiling, profiling_room_wait, profiling_skip_reason, site_factor, starvation_after
 from .policy import LucidConfig, LucidPolicy
 
 PROFILING = "profiling"
@@ -101,6 +101,22 @@ class _BusyNodes:
         return part is not None and bool(part.pending)
 
 
+class _NodeWaits:
+    """`waits.get(node, 0)`: the longest a job pending in the node's partition has waited at t since
+    its original submission (DecisionInput.node_wait_s; a view, worked out once per partition)."""
+
+    def __init__(self, parts, t: int):
+        self.parts, self.t, self._memo = parts, t, {}
+
+    def get(self, node, default=0):
+        name = node.rpartition(":")[0]
+        if name not in self._memo:
+            part = self.parts.get(name)
+            self._memo[name] = (self.t - min(j.attrs["submitted"] for j in part.pending)
+                                if part is not None and part.pending else default)
+        return self._memo[name]
+
+
 # The replay options (as `lucidctl simulate`, the tuner and the benches name them) that are one of
 # lucidd's config keys: option -> (section, key, type, is a duration). One table for every place that
 # turns one into the other (`live_config`, `options_from_config`, `replay_cycle`, the experiment's
@@ -117,6 +133,7 @@ LIVE_OPTIONS = {
     "prof_long_tprof": ("profiler", "long_tprof_s", int, True),
     "prof_long_share": ("profiler", "long_share", float, False),
     "prof_reclaim": ("profiler", "reclaim_lent", bool, False),
+    "prof_keep_lent": ("profiler", "keep_lent_while_idle", bool, False),
     "prof_room_wait": ("profiler", "room_wait_s", int, True),
     "starvation_s": ("ordering", "starvation_s", int, True),
     "aging_halflife_s": ("ordering", "aging_halflife_s", int, True),
@@ -543,7 +560,8 @@ class LucidOnSlurm:
         queued, free = self._gate_view()
         plan = plan_profiling(self.p, self.interval, now, list(self.inbox.values()), list(self.prof.values()),
                               recs, self.prof_gpus, skip=self._skip, queued=queued, free=free,
-                              lendable=self._lendable_view(), busy_nodes=self._busy_nodes())
+                              lendable=self._lendable_view(), busy_nodes=self._busy_nodes(),
+                              node_wait_s=self._node_wait_view(t))
         return plan, releasing
 
     def _skip(self, j, r):
@@ -551,6 +569,33 @@ class LucidOnSlurm:
         if j.job_id not in seen:
             seen[j.job_id] = profiling_skip_reason(self.p, j, r)
         return seen[j.job_id]
+
+    def _reclaim_due(self, t: int) -> int | None:
+        """The cycle at which lucidd requeues a lent run for its partition's waiting jobs, None when no
+        run is due: with `reclaim_lent` the next cycle, for any lent run on a partition someone waits
+        in; with `keep_lent_while_idle`, for such a run, the first cycle both past its Tprof and when
+        the oldest job waiting there has waited as long since submission."""
+        if self.p.reclaim_lent:
+            if any(self.parts[self.copies[s].vc].pending for s in self._lent_runs):
+                return self._cycle_after(t)
+            return None
+        if not self.p.keep_lent_while_idle:
+            return None
+        limit = lent_tprof(self.p)
+        waits = self._node_wait_view(t)
+        due = None
+        for s in self._lent_runs:
+            copy = self.copies[s]
+            if not self.parts[copy.vc].pending:
+                continue
+            at = max(copy.start_time, t - waits.get(f"{copy.vc}:0")) + limit  # t - wait: the oldest's submission
+            due = at if due is None else min(due, at)
+        if due is None:
+            return None
+        return self._cycle_after(t) if due <= t else self._next_cycle(due)
+
+    def _node_wait_view(self, t: int):
+        return _NodeWaits(self.parts, t)
 
     def _busy_nodes(self):
         """Nodes ("partition:index", as profiling runs name theirs) of partitions someone waits in."""
@@ -758,9 +803,10 @@ class LucidOnSlurm:
                     self._join(part, t)  # Slurm's same pass: a job lowered to one shard joins one just started
                 if self.lend and self.inbox and not part.pending:
                     self._want_cycle(self._cycle_after(t))  # its last waiting job started: its free GPUs are lendable
-            if self._lent_runs and self.p.reclaim_lent and any(self.parts[self.copies[s].vc].pending
-                                                                for s in self._lent_runs):
-                self._want_cycle(self._cycle_after(t))  # lucidd reclaims lent GPUs at its next cycle
+            if self._lent_runs:
+                due = self._reclaim_due(t)
+                if due is not None:
+                    self._want_cycle(due)  # the cycle at which lucidd reclaims lent GPUs
             self.series.append((t, self.busy, self.queued))
             if on_progress and self.done != before:
                 on_progress(self.done - before)
@@ -827,7 +873,8 @@ def _site_factor_key(job):
 # capacity's defaults and no width limit, no lending (the keys every record has are not here).
 _RECORD_DEFAULTS = {"starving_halflife_s": 0, "skip_when_free": False, "capacity_gpus": 0, "burst_capacity_gpus": 0,
                     "burst_queue": 10, "max_job_share": 1.0, "lend_idle_gpus": False, "long_tprof_s": 0,
-                    "long_share": 0.0, "reclaim_lent": False, "room_wait_s": 0, "starvation_node_cap": 1}
+                    "long_share": 0.0, "reclaim_lent": False, "room_wait_s": 0, "starvation_node_cap": 1,
+                    "keep_lent_while_idle": False}
 
 
 def replay_cycle(recorded: dict, live=None) -> dict:
@@ -865,6 +912,8 @@ def replay_cycle(recorded: dict, live=None) -> dict:
     sim._lendable_view = lambda: lendable if sim.lend else (0, 0)
     busy = frozenset(recorded.get("busy_nodes") or ())
     sim._busy_nodes = lambda: busy
+    waits = recorded.get("node_wait_s")  # None in a record from before the key: busy counts as waited for
+    sim._node_wait_view = lambda t: waits
     for kind, d in entries:
         seq = int(d["job_id"])
         lj = sim.live_jobs[seq]

@@ -85,7 +85,7 @@ def default_space(exp: Experiment, packing: bool = True, variant: str = "lucid")
 # descent follows the list). Only Tprof's "jobs finished in the profiler" has a known direction: on
 # Slurm a later starvation guard is not monotone in the average JCT (docs/lucid.md, "The shipped
 # order": 24 h gave 15,375 s at Venus x1.0 against 14,169 s at 12 h), so nothing else is smoothed.
-PROFILER_KEYS = ("tprof", "prof_long_tprof", "prof_capacity_gpus", "skip_when_free", "prof_lend")
+PROFILER_KEYS = ("tprof", "prof_long_tprof", "prof_capacity_gpus", "skip_when_free", "prof_lend", "prof_keep_lent")
 
 
 def lucidd_space(exp: Experiment) -> list[TunableParam]:
@@ -112,6 +112,10 @@ def lucidd_space(exp: Experiment) -> list[TunableParam]:
         TunableParam("prof_capacity_gpus", tuple(capacity), {}, "[profiler] capacity_gpus (0: automatic)"),
         TunableParam("skip_when_free", (1, 0), {}, "[profiler] skip_when_free"),
         TunableParam("prof_lend", (1, 0), {}, "[profiler] lend_idle_gpus"),
+        # a per-cluster choice: it pays where partitions lend for long (whole Philly) and costs where
+        # wide jobs wait for the reclaims (Venus x1.0; docs/lucid.md, "Lent runs kept until their GPUs
+        # are needed")
+        TunableParam("prof_keep_lent", (0, 1), {}, "[profiler] keep_lent_while_idle"),
         TunableParam("profiling", (1, 0), {}, "[profiler] enabled"),
         TunableParam("starvation_s", tuple(h * HOUR for h in (6, 12, 24, 48, 96)), {}, "[ordering] starvation_s"),
         TunableParam("starvation_node_cap", (1, 2, 4, 8), {}, "[ordering] starvation_node_cap"),

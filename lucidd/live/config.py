@@ -80,6 +80,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
                                           "them (ExcNodeList) and they are still requeued at Tprof"),
         "reclaim_lent": Key(bool, False, "requeue a lent profiling run as soon as a job waits in a partition of "
                                         "its node (lend_idle_gpus)"),
+        # off by default: measured over the load sweep (docs/lucid.md, "Lent runs kept until their
+        # GPUs are needed") it halves whole Philly's average JCT and costs Venus 2-7 %, and a reclaimed
+        # run loses all it ran (hours), not at most long_tprof_s
+        "keep_lent_while_idle": Key(bool, False, "a lent profiling run is requeued only once a job in a "
+                                                 "partition of its node has waited long_tprof_s since its "
+                                                 "submission: until then it runs on past its Tprof"),
         # 3600: a profiling run of the ~40 % of Philly's jobs that run 10-60 minutes ends there instead
         # of waiting days in a full partition (docs/lucid.md, "Lending idle GPUs to profiling")
         "long_tprof_s": Key(int, 3600, "Tprof of a run admitted on GPUs nobody waits for (lend_idle_gpus), "

@@ -66,6 +66,10 @@ class DecisionInput:
     lendable_gpus: int = 0
     lendable_node_gpus: int = 0
     busy_nodes: frozenset = frozenset()  # profiling partition's nodes whose managed partitions someone waits in
+    # busy node -> the longest a job waiting in one of its managed partitions has waited since its
+    # original submission, s ([profiler] keep_lent_while_idle reclaims a lent run kept past its Tprof
+    # once that reaches long_tprof_s); None: unknown, every busy node counts as waited for that long
+    node_wait_s: dict | None = None
     # seconds (monotonic) since lucidd's last successful cycle; None in the first cycle after a start.
     # Whether lucidd was away is measured here, not from Slurm's times: a clock step moves those.
     away_s: float | None = None
@@ -475,7 +479,7 @@ class Reconciler:
                 node_gpus[part] = max(node_gpus.get(part, 0), n.gpus)
                 if n.usable:
                     free[part] = max(free.get(part, 0), n.gpus - n.used)
-        lend_gpus, lend_node, self._not_lendable, busy = self._lendable(snap, waiting)
+        lend_gpus, lend_node, self._not_lendable, busy, node_wait = self._lendable(snap, waiting, records, now)
         # A shadow's virtual runs go on whether or not it was away: after its restart they are requeued
         # at Tprof, not left to finish (a run that never was cannot end, and would hold room for ever)
         asked = [j.job_id for j in in_profiling if j.requeue_warning]
@@ -487,8 +491,8 @@ class Reconciler:
         by_samplers = k is not None and k.enabled and not k.gpu_memory_mib
         gpu_memory = self._partition_gpu_memory(snap) if packable and by_samplers else {}
         inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus, queued, free,
-                            lend_gpus, lend_node, busy, away_s=0.0 if self.dry_run else away_s, signalled=signalled,
-                            gpu_profiles=profiles, gpu_memory=gpu_memory, node_gpus=node_gpus)
+                            lend_gpus, lend_node, busy, node_wait_s=node_wait, away_s=0.0 if self.dry_run else away_s,
+                            signalled=signalled, gpu_profiles=profiles, gpu_memory=gpu_memory, node_gpus=node_gpus)
         plan = self.decider.decide(inp)
         plan.release.extend(direct)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
@@ -598,28 +602,33 @@ class Reconciler:
         return frozenset(name for name, n in snap.nodes.items()
                          if any(self.is_managed(p) for p in n.partitions if p not in (self.inbox, self.profiling)))
 
-    def _lendable(self, snap, waiting) -> tuple[int, int, list, frozenset]:
+    def _lendable(self, snap, waiting, records, now) -> tuple[int, int, list, frozenset, dict]:
         """GPUs profiling may borrow ([profiler] lend_idle_gpus): the free GPUs on usable nodes of the
         profiling partition whose managed partitions nobody waits in, the most on one such node, the
-        profiling partition's other nodes (a lent run's ExcNodeList), and of those the ones where
-        someone waits (a lent run there is reclaimed). Held jobs and jobs waiting for other jobs or
+        profiling partition's other nodes (a lent run's ExcNodeList), of those the ones where
+        someone waits (a lent run there is reclaimed), and for each of these the longest wait there
+        since submission (`DecisionInput.node_wait_s`). Held jobs and jobs waiting for other jobs or
         for a begin time wait for no GPU: they do not count."""
         if not getattr(self.cfg.profiler, "lend_idle_gpus", False):
-            return 0, 0, [], frozenset()
-        wants = {}
+            return 0, 0, [], frozenset(), {}
+        wants = {}  # partition -> the longest wait of a job that wants GPUs there
         for j in waiting:
             # (a --begin job waits for the clock; one Slurm requeued itself waits 121 s in BeginTime
             # for its GPUs, and they are wanted)
             if not j.held and not j.dependency and not (j.waits_for_begin_time and j.restart_count == 0):
-                wants[j.partition] = True
+                r = records.get(j.job_id)
+                waited = max(0, now - (r.original_submit if r is not None else j.submit_time))
+                wants[j.partition] = max(wants.get(j.partition, 0), waited)
         gpus = most = 0
-        others, busy = [], set()
+        others, busy, node_wait = [], set(), {}
         for name, n in sorted(snap.nodes.items()):
             if name not in self._profiles_on:
                 continue
-            waited_for = any(wants.get(p) for p in n.partitions if self.is_managed(p))
+            waits = [wants[p] for p in n.partitions if p in wants and self.is_managed(p)]
+            waited_for = bool(waits)
             if waited_for:
                 busy.add(name)
+                node_wait[name] = max(waits)
             if not n.usable or waited_for:
                 others.append(name)
                 continue
@@ -627,8 +636,9 @@ class Reconciler:
             gpus += free
             most = max(most, free)
         if not gpus:
-            return 0, 0, [], frozenset(busy)
-        return gpus, most, others, frozenset(busy)  # others empty: every node is lendable, no steering needed
+            return 0, 0, [], frozenset(busy), node_wait
+        # others empty: every node is lendable, no steering needed
+        return gpus, most, others, frozenset(busy), node_wait
 
     def _adopt(self, r: JobRow, j: LiveJob, now: int, changed: dict):
         """Bring a record back in line with where Slurm has the job, when they disagree.

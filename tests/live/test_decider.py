@@ -170,6 +170,44 @@ def test_a_lent_run_is_reclaimed_once_someone_waits_for_its_gpus(tmp_path):
     assert off.decide(x).requeue == []
 
 
+def test_a_lent_run_is_kept_past_its_tprof_until_someone_has_waited_as_long(tmp_path):
+    """keep_lent_while_idle (off by default): a lent run is requeued only once a job in a partition
+    of its node has waited long_tprof_s since submission; until then it runs on past its Tprof, and
+    gets no warning before it."""
+    d = LucidDecider(make_cfg(tmp_path, profiler={"lend_idle_gpus": True, "keep_lent_while_idle": True,
+                                                  "long_tprof_s": 3600, "long_share": 0.0}))
+    runs = [lj(1, 1, partition="profiling", state="RUNNING", start_time=NOW - 5000, node_names=("gpu3",)),
+            lj(2, 1, partition="profiling", state="RUNNING", start_time=NOW - 5000, node_names=("gpu1",)),
+            lj(3, 1, partition="profiling", state="RUNNING", start_time=NOW - 3500, node_names=("gpu3",),
+               comment="lucid:signal=B:USR1@120"),
+            lj(4, 1, partition="profiling", state="RUNNING", start_time=NOW - TPROF - 30, node_names=("gpu3",))]
+    records = {j.job_id: rec(j, profile="admitted", phase="profiling") for j in runs}
+    for k in (1, 2, 3):
+        records[k].lent = True  # 4: a run within the capacity, requeued at Tprof as ever
+    x = inp(profiling=runs, records=records)
+    x.away_s = 0.0  # lucidd cycled all along: a run past its Tprof is not one it left to finish
+    # nobody waits anywhere: the lent runs go on past their 3,600 s (1, 2); 3, due for its warning
+    # 120 s before its Tprof, gets none
+    plan = d.decide(x)
+    assert ids(plan.requeue) == [4] and plan.signal == [] and plan.abandon == []
+    # someone waits on gpu3, for less than long_tprof_s: still kept
+    x.busy_nodes, x.node_wait_s = frozenset({"gpu3"}), {"gpu3": 3599}
+    assert ids(d.decide(x).requeue) == [4]
+    # ... for long_tprof_s: 1, past its Tprof, is reclaimed; 3, before its Tprof, is warned for it as
+    # any run is (then requeued there); 2 (gpu1) runs on
+    x.node_wait_s = {"gpu3": 3600}
+    plan = d.decide(x)
+    assert ids(plan.requeue) == [1, 4] and "reclaimed, a job has waited 3600 s" in reasons(plan.requeue)[1]
+    assert [s[0] for s in plan.signal] == [3]
+    # a record without the waits (node_wait_s None): every busy node counts as waited for
+    x.node_wait_s = None
+    assert ids(d.decide(x).requeue) == [1, 4]
+    # off (the default): lent runs are requeued at long_tprof_s, waited for or not
+    off = LucidDecider(make_cfg(tmp_path, profiler={"lend_idle_gpus": True, "long_tprof_s": 3600, "long_share": 0.0}))
+    x.busy_nodes, x.node_wait_s = frozenset(), {}
+    assert ids(off.decide(x).requeue) == [1, 2, 4]
+
+
 def test_lending_off(tmp_path):
     d = LucidDecider(make_cfg(tmp_path))  # the default
     x = inp([lj(1, 4), lj(2, 8)])
@@ -612,7 +650,8 @@ def test_record_is_json_and_carries_the_config(decider):
     assert back["inbox"][0]["name"] == 'a "b"\nc ✓'
     assert back["config"] == {"tprof_s": TPROF, "nprof_gpus": 8, "skip_when_free": True, "capacity_gpus": 0,
                               "burst_capacity_gpus": 0, "burst_queue": 10, "max_job_share": 1.0,
-                              "lend_idle_gpus": False, "reclaim_lent": False, "long_tprof_s": 0, "long_share": 0.06,
+                              "lend_idle_gpus": False, "reclaim_lent": False, "keep_lent_while_idle": False,
+                              "long_tprof_s": 0, "long_share": 0.06,
                               "room_wait_s": 0, "starvation_s": 12 * 3600, "aging_halflife_s": 0,
                               "starving_halflife_s": 3600, "starvation_node_cap": 4, "points_per_doubling": 1000}
     assert back["now"] == NOW and back["profiling_gpus"] == 32 and back["lendable"] == [0, 0]

@@ -259,6 +259,24 @@ def test_a_lent_run_is_reclaimed_when_its_partition_gets_a_queue():
     assert r0.loc["p", "profiler_end"] == 230  # Tprof
 
 
+def test_a_lent_run_is_kept_until_a_job_of_its_partition_has_waited_long_tprof_s():
+    # [profiler] keep_lent_while_idle (off by default), long_tprof_s 1000: p (a, 1 GPU, 5,000 s) is
+    # lent b's node at 30; at 1030 it reaches its Tprof with nobody waiting in b and runs on. bjob (b,
+    # 8 GPUs) arrives at 2995, goes to b at the cycle of 3000 and waits; once it has waited 1000 s since
+    # its submission (3995) lucidd reclaims p at its next cycle (4000), and bjob starts.
+    rows = [("fill", 6, 0, 10_000, 10_000, "a"), ("big", 8, 15, 100, 100, "a"), ("p", 1, 25, 5000, 5000, "a"),
+            ("bjob", 8, 2995, 300, 300, "b")]
+    r, _ = replay(rows, vcs={"a": 1, "b": 1}, nprof=4, prof_lend=1, prof_long_tprof=1000, prof_keep_lent=1)
+    assert r.loc["p", "profiler_node"] == "b:0" and r.loc["p", "profiler_end"] == 4000
+    assert not r.loc["p", "profiler_finished"] and r.loc["bjob", "main_start"] == 4000
+    # nobody comes to b: p ends where it is, in profiling, after its whole 5,000 s
+    r1, _ = replay(rows[:3], vcs={"a": 1, "b": 1}, nprof=4, prof_lend=1, prof_long_tprof=1000, prof_keep_lent=1)
+    assert r1.loc["p", "profiler_finished"] and r1.loc["p", "profiler_end"] == r1.loc["p", "profiler_start"] + 5000
+    # off: requeued at its Tprof (1030)
+    r0, _ = replay(rows, vcs={"a": 1, "b": 1}, nprof=4, prof_lend=1, prof_long_tprof=1000)
+    assert r0.loc["p", "profiler_end"] == 1030
+
+
 def test_long_runs_in_the_replay():
     # long_tprof_s 1000: a lent run of 800 s ends in profiling; with the default it is requeued at Tprof
     rows = [("fill", 6, 0, 10_000, 10_000, "a"), ("big", 8, 15, 100, 100, "a"), ("p", 1, 25, 800, 800, "a")]
@@ -318,7 +336,7 @@ def test_every_replay_option_is_a_config_key_and_round_trips(tmp_path):
                             "profiler": {"tprof_s": 300, "nprof_gpus": 4, "capacity_gpus": 12, "burst_capacity_gpus": 20,
                                          "burst_queue": 7, "max_job_share": 0.5, "skip_when_free": False,
                                          "lend_idle_gpus": False, "long_tprof_s": 900, "long_share": 0.1,
-                                         "reclaim_lent": True, "room_wait_s": 1000},
+                                         "reclaim_lent": True, "keep_lent_while_idle": True, "room_wait_s": 1000},
                             "ordering": {"starvation_s": 7200, "aging_halflife_s": 3600, "starving_halflife_s": 600,
                                          "starvation_node_cap": 2,
                                          "points_per_doubling": 9}})

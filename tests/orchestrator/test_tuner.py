@@ -75,7 +75,8 @@ def test_tune_cli_writes_a_proposal(tmp_path, capsys):
         assert key in out
     # `lucid` is tuned on lucidd's own keys, against the Slurm the cluster runs today
     assert set(out["proposed_params"]) == {"tprof", "prof_long_tprof", "prof_capacity_gpus", "skip_when_free",
-                                           "prof_lend", "profiling", "starvation_s", "starvation_node_cap",
+                                           "prof_lend", "prof_keep_lent", "profiling", "starvation_s",
+                                           "starvation_node_cap",
                                            "starving_halflife_s", "aging_halflife_s"}
     assert out["reference_policy"] == "slurm" and out["variant"] == "lucid"
     assert (tmp_path / "proposal.json").exists()
