@@ -333,6 +333,59 @@ def test_profiling_borrows_only_gpus_nobody_waits_for(clean_cluster, tmp_path, j
     assert release and json.loads(release[0].args).get("excnodelist") == "", release
 
 
+def test_a_lent_run_is_kept_until_a_job_of_its_nodes_has_waited_long_tprof(clean_cluster, tmp_path, job_script,
+                                                                            lucidd_factory):
+    """[profiler] keep_lent_while_idle, long_tprof_s 20 s: a research job lent main's GPUs (research
+    full, a job waiting there) runs on past its 20 s while nobody waits in main. Then main gets a job
+    that cannot start (the probe holds a GPU of the only node it could use): lucidd requeues the probe
+    once that job has waited 20 s since its submission, not before, and the job starts on its GPUs."""
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state",
+                       profiler={"capacity_gpus": 0, "lend_idle_gpus": True, "long_tprof_s": 20,
+                                 "keep_lent_while_idle": True})
+    daemon = lucidd_factory(cfg).start()
+    fill = [sbatch(job_script, 150, "-p", "research", "--gres=gpu:8", "--comment", "lucid:noprofile",
+                   name=f"fill{i}") for i in (1, 2)]
+    wait_until(lambda: sum(j["job_id"] in fill and j["job_state"] == "RUNNING" for j in squeue()) == 2, 60,
+               "research's two nodes to be full")
+    waiter = sbatch(job_script, 5, "-p", "research", "--gres=gpu:8", "--comment", "lucid:noprofile", name="waiter")
+    wait_until(lambda: any(j["job_id"] == waiter and j["partition"] == "research" for j in squeue()), 30,
+               "a job waiting in research")
+    probe = sbatch(job_script, 150, "-p", "research", "--gres=gpu:1", name="probe")
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+
+    def job(jid):
+        return next((j for j in squeue() if j["job_id"] == jid), None)
+
+    j = wait_until(lambda: (j := job(probe)) is not None and j["partition"] == "profiling"
+                   and j["job_state"] == "RUNNING" and j, 30, "the probe to run in profiling, lent")
+    probe_node = j["nodes"]
+    assert probe_node in ("gpu1", "gpu2") and j["excluded_nodes"] == "gpu3,gpu4", j
+    started = wait_until(lambda: (r := store.job(probe)) is not None and r.profile_start is not None and r, 10,
+                         "lucidd to record the probe's start")
+    wait_until(lambda: time.time() - started.profile_start > 35, 60, "the probe to pass its 20 s Tprof")
+    assert job(probe)["partition"] == "profiling" and job(probe)["job_state"] == "RUNNING", job(probe)
+    assert not [a for a in store.actions_for(probe) if a.kind == "requeue"], "requeued with nobody waiting"
+    # main: one 8-GPU job takes the other free node; a second can only use the probe's node, and waits
+    other = sbatch(job_script, 150, "-p", "main", "--gres=gpu:8", "--comment", "lucid:noprofile", name="other")
+    wait_until(lambda: (j := job(other)) is not None and j["job_state"] == "RUNNING", 30, "main's other node busy")
+    blocked = sbatch(job_script, 5, "-p", "main", "--gres=gpu:8", "--comment", "lucid:noprofile", name="blocked")
+    wait_until(lambda: (j := job(blocked)) is not None and j["partition"] == "main", 30, "a job waiting in main")
+    submitted = wait_until(lambda: (r := store.job(blocked)) is not None and r.original_submit, 10,
+                           "lucidd to see the waiting job")
+    wait_until(lambda: store.job(probe).requeued_at is not None, 60, "the reclaim")
+    row = store.job(probe)
+    assert row.requeued_at - submitted >= 20, (row.requeued_at, submitted)  # not before it waited 20 s
+    assert row.requeued_at - submitted <= 45, (row.requeued_at, submitted)  # a cycle after, on a loaded machine
+    requeue = [a for a in store.actions_for(probe) if a.kind == "requeue"]
+    assert len(requeue) == 1 and "kept past Tprof 20 s" in requeue[0].reason and "reclaimed" in requeue[0].reason, \
+        requeue
+    wait_until(lambda: (j := job(blocked)) is None or j["job_state"] == "RUNNING", 60, "the waiting job to start")
+    for jid in (probe, other, waiter, *fill):
+        sh("scancel", str(jid))
+    daemon.stop()
+    assert sacct_runs([probe])[probe][0][:2] == ("profiling", "REQUEUED")
+
+
 def test_a_long_run_is_requeued_at_long_tprof(clean_cluster, tmp_path, job_script, lucidd_factory):
     """[profiler] long_tprof_s 70 s, long_share 0.25 (8 of the 32 GPUs): a 1-GPU run past Tprof (8 s)
     goes on as one of the oldest long runs and is requeued at 70 s, not left to finish in profiling
