@@ -253,9 +253,9 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     of them is requeued (someone now waits for its GPUs). With `keep_lent_while_idle` a lent run is
     requeued only once a job in a partition of its node has waited `long_tprof_s` since submission
     (`node_wait_s`: busy node -> that longest wait; None: every busy node counts): at its Tprof if
-    that came before, else then (reclaimed); until then it runs on, past its Tprof, unwarned. A lent run's Tprof is `long_tprof_s`;
-    other runs past `tprof_s` go on to it too, oldest first, while they hold at most `long_share`
-    of the profiling GPUs."""
+    that came before, else then (reclaimed); until then it runs on, past its Tprof, unwarned. A
+    lent run's Tprof is `long_tprof_s`; other runs past `tprof_s` go on to it too, oldest first,
+    while they hold at most `long_share` of the profiling GPUs."""
     plan = plan if plan is not None else Plan()
     signalled = signalled or {}
     skip = skip or (lambda j, r: profiling_skip_reason(p, j, r))

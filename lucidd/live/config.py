@@ -81,8 +81,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "reclaim_lent": Key(bool, False, "requeue a lent profiling run as soon as a job waits in a partition of "
                                         "its node (lend_idle_gpus)"),
         # off by default: measured over the load sweep (docs/lucid.md, "Lent runs kept until their
-        # GPUs are needed") it halves whole Philly's average JCT and costs Venus 2-7 %, and a reclaimed
-        # run loses all it ran (hours), not at most long_tprof_s
+        # GPUs are needed") it cuts whole Philly's average JCT by 32-45 % but costs Venus x1.0 3 % and
+        # puts Venus' tails above slurm's, and a reclaimed run loses all it ran (up to days), not at
+        # most long_tprof_s
         "keep_lent_while_idle": Key(bool, False, "a lent profiling run is requeued only once a job in a "
                                                  "partition of its node has waited long_tprof_s since its "
                                                  "submission: until then it runs on past its Tprof"),
