@@ -292,6 +292,19 @@ def test_a_job_admitted_to_profiling_that_cannot_start_there_goes_to_its_partiti
     assert "admitted to profiling" in row.profile_reason and row.profile_start is None, row
 
 
+def _research_full_with_a_waiter(job_script, fill_s: int) -> tuple[list, int]:
+    """research (gpu3-4) full with two 8-GPU jobs of `fill_s` seconds and an 8-GPU job waiting there:
+    a research job admitted to profiling is then lent main's idle GPUs."""
+    fill = [sbatch(job_script, fill_s, "-p", "research", "--gres=gpu:8", "--comment", "lucid:noprofile",
+                   name=f"fill{i}") for i in (1, 2)]
+    wait_until(lambda: sum(j["job_id"] in fill and j["job_state"] == "RUNNING" for j in squeue()) == 2, 60,
+               "research's two nodes to be full")
+    waiter = sbatch(job_script, 5, "-p", "research", "--gres=gpu:8", "--comment", "lucid:noprofile", name="waiter")
+    wait_until(lambda: any(j["job_id"] == waiter and j["partition"] == "research" for j in squeue()), 30,
+               "a job waiting in research")
+    return fill, waiter
+
+
 def test_profiling_borrows_only_gpus_nobody_waits_for(clean_cluster, tmp_path, job_script, lucidd_factory):
     """[profiler] lend_idle_gpus: research (gpu3-4) is full with a job waiting, main (gpu1-4) has
     nobody waiting. A research job admitted to profiling is kept off gpu3-4 with ExcNodeList and runs
@@ -300,13 +313,7 @@ def test_profiling_borrows_only_gpus_nobody_waits_for(clean_cluster, tmp_path, j
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state", profiler={"capacity_gpus": 0,
                                                                               "lend_idle_gpus": True})
     daemon = lucidd_factory(cfg).start()
-    fill = [sbatch(job_script, 45, "-p", "research", "--gres=gpu:8", "--comment", "lucid:noprofile", name=f"fill{i}")
-            for i in (1, 2)]
-    wait_until(lambda: sum(j["job_id"] in fill and j["job_state"] == "RUNNING" for j in squeue()) == 2, 60,
-               "research's two nodes to be full")
-    waiter = sbatch(job_script, 5, "-p", "research", "--gres=gpu:8", "--comment", "lucid:noprofile", name="waiter")
-    wait_until(lambda: any(j["job_id"] == waiter and j["partition"] == "research" for j in squeue()), 30,
-               "a job waiting in research")
+    fill, waiter = _research_full_with_a_waiter(job_script, 45)
     probe = sbatch(job_script, 60, "-p", "research", "--gres=gpu:1", name="probe")
     store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
 
@@ -343,13 +350,7 @@ def test_a_lent_run_is_kept_until_a_job_of_its_nodes_has_waited_long_tprof(clean
                        profiler={"capacity_gpus": 0, "lend_idle_gpus": True, "long_tprof_s": 20,
                                  "keep_lent_while_idle": True})
     daemon = lucidd_factory(cfg).start()
-    fill = [sbatch(job_script, 150, "-p", "research", "--gres=gpu:8", "--comment", "lucid:noprofile",
-                   name=f"fill{i}") for i in (1, 2)]
-    wait_until(lambda: sum(j["job_id"] in fill and j["job_state"] == "RUNNING" for j in squeue()) == 2, 60,
-               "research's two nodes to be full")
-    waiter = sbatch(job_script, 5, "-p", "research", "--gres=gpu:8", "--comment", "lucid:noprofile", name="waiter")
-    wait_until(lambda: any(j["job_id"] == waiter and j["partition"] == "research" for j in squeue()), 30,
-               "a job waiting in research")
+    fill, waiter = _research_full_with_a_waiter(job_script, 150)
     probe = sbatch(job_script, 150, "-p", "research", "--gres=gpu:1", name="probe")
     store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
 
