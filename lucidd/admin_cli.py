@@ -373,7 +373,25 @@ def _brief(r) -> dict:
             "needs_attention": attention, "attention_reason": r.profile_reason if attention else None}
 
 
-def explain_data(cfg, store, job_id) -> dict:
+def _kept_lent_note(cfg, r, now) -> str | None:
+    """What `[profiler] keep_lent_while_idle` is doing to a lent run still running past its Tprof:
+    no action says it (the reclaim, when it comes, does), so without this line the story would end at
+    the run's start while the run goes on for hours."""
+    p = cfg.profiler
+    if not (getattr(p, "keep_lent_while_idle", False) and r.lent and r.phase == "profiling"
+            and r.profile == "admitted" and r.profile_start):
+        return None
+    # a lent run's Tprof (orchestrator.live.lent_tprof, which this lower layer does not import)
+    limit = max(int(p.long_tprof_s), int(p.tprof_s)) if p.long_tprof_s else int(p.tprof_s)
+    ran = int(now - r.profile_start)
+    if ran < limit:
+        return None
+    return (f"running on lent GPUs for {ran} s, past its Tprof {limit} s: kept there ([profiler] "
+            f"keep_lent_while_idle) while no job in a partition of its node has waited {limit} s since "
+            "submission; requeued (reclaimed) at the first cycle after one has, or left to end")
+
+
+def explain_data(cfg, store, job_id, now=None) -> dict:
     text = str(job_id).strip()
     if re.fullmatch(r"[0-9]+_[0-9]+|[0-9]+\+[0-9]+", text):  # int() reads "4_4" as 44: another job
         raise LucidError(f"job {text} is an array task or a heterogeneous job component: give its own job id "
@@ -413,6 +431,9 @@ def explain_data(cfg, store, job_id) -> dict:
         events.append((r.released_at, f"{_ts(r.released_at)} released outside lucidd's cycles: "
                                       f"{r.profile_reason}"))
     story += [text for _, text in sorted(events, key=lambda e: e[0])]
+    kept = _kept_lent_note(cfg, r, now or time.time())
+    if kept:
+        story.append(kept)
     sfs = [a for a in actions if a.kind == "sitefactor" and a.status == "applied"]
     if sfs:
         story.append(f"SiteFactor set {len(sfs)} time(s), last {json.loads(sfs[-1].args).get('value')}: {sfs[-1].reason}")

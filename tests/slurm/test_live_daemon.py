@@ -366,6 +366,12 @@ def test_a_lent_run_is_kept_until_a_job_of_its_nodes_has_waited_long_tprof(clean
     wait_until(lambda: time.time() - started.profile_start > 35, 60, "the probe to pass its 20 s Tprof")
     assert job(probe)["partition"] == "profiling" and job(probe)["job_state"] == "RUNNING", job(probe)
     assert not [a for a in store.actions_for(probe) if a.kind == "requeue"], "requeued with nobody waiting"
+    from lucidd.admin_cli import explain_data
+    from lucidd.live.config import load_config
+
+    # no action says it is kept (only the reclaim will): `lucidctl explain` does
+    story = explain_data(load_config(cfg), store, probe)["story"]
+    assert any("past its Tprof 20 s: kept there" in line for line in story), story
     # main: one 8-GPU job takes the other free node; a second can only use the probe's node, and waits
     other = sbatch(job_script, 150, "-p", "main", "--gres=gpu:8", "--comment", "lucid:noprofile", name="other")
     wait_until(lambda: (j := job(other)) is not None and j["job_state"] == "RUNNING", 30, "main's other node busy")
