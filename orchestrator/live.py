@@ -315,12 +315,24 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
                                                 f"waits in a partition of {','.join(j.node_names)}"))
             continue
         limit = run_tprof(p, r)
-        if getattr(r, "lent", False) and getattr(p, "keep_lent_while_idle", False) and j.node_names:
+        # only while lending is on: the daemon then reads who waits where (busy_nodes, node_wait_s);
+        # with lending switched off (runs lent before still going) nobody would ever seem to wait, and
+        # the run would never be requeued: it is at its Tprof, as without the key
+        if getattr(r, "lent", False) and getattr(p, "keep_lent_while_idle", False) and j.node_names and \
+                getattr(p, "lend_idle_gpus", False):
             waits = [(node_wait_s.get(n, 0) if node_wait_s is not None else limit)
                      for n in j.node_names if n in busy_nodes]
             if not waits or max(waits) < limit:
                 # nobody has waited long_tprof_s for its GPUs: past its Tprof it runs on (requeued, it
                 # would lose its run, and restart, often at once, in its own partition); before, no warning
+                continue
+            own = getattr(j, "time_limit_s", None)
+            if ran >= limit and own is not None and own <= ran + grace:
+                # its own time limit ends it within the grace: requeued, it would run that whole limit
+                # again in its partition (as at Tprof below)
+                plan.abandon.append((j.job_id, f"ran {ran} s in profiling on lent GPUs, kept past Tprof {limit} s; "
+                                                f"its own time limit, {own} s, ends it within {grace:g} s: left "
+                                                "to end there (a reclaim would only run it again)"))
                 continue
             if ran >= limit:  # kept past its Tprof, and someone has now waited that long: reclaimed
                 if _warned_before_requeue(plan, j, warning, signalled, now, ran, RECLAIM_POINT, cap=grace / 2):

@@ -618,17 +618,23 @@ class Reconciler:
             if not j.held and not j.dependency and not (j.waits_for_begin_time and j.restart_count == 0):
                 r = records.get(j.job_id)
                 waited = max(0, now - (r.original_submit if r is not None else j.submit_time))
-                wants[j.partition] = max(wants.get(j.partition, 0), waited)
+                # `-p main,research`: Slurm shows "main,research", and the job wants GPUs in each (keyed
+                # by the whole list, no node's partition matched it: a kept lent run was never reclaimed)
+                for part in (j.partition or "").split(","):
+                    if part:
+                        wants[part] = max(wants.get(part, 0), waited)
         gpus = most = 0
         others, busy, node_wait = [], set(), {}
         for name, n in sorted(snap.nodes.items()):
-            if name not in self._profiles_on:
-                continue
             waits = [wants[p] for p in n.partitions if p in wants and self.is_managed(p)]
             waited_for = bool(waits)
             if waited_for:
+                # on every node, not only the profiling partition's: a lent run goes on where Slurm put
+                # it if an admin takes its node out of profiling, and must still be reclaimed there
                 busy.add(name)
                 node_wait[name] = max(waits)
+            if name not in self._profiles_on:
+                continue
             if not n.usable or waited_for:
                 others.append(name)
                 continue

@@ -206,6 +206,30 @@ def test_a_lent_run_is_kept_past_its_tprof_until_someone_has_waited_as_long(tmp_
     off = LucidDecider(make_cfg(tmp_path, profiler={"lend_idle_gpus": True, "long_tprof_s": 3600, "long_share": 0.0}))
     x.busy_nodes, x.node_wait_s = frozenset(), {}
     assert ids(off.decide(x).requeue) == [1, 2, 4]
+    # the key on, lending switched off since (runs lent before still going): the daemon reads no waits
+    # then, so nobody would ever seem to wait; the lent runs are requeued at their Tprof, not kept for ever
+    unlent = LucidDecider(make_cfg(tmp_path, profiler={"lend_idle_gpus": False, "keep_lent_while_idle": True,
+                                                       "long_tprof_s": 3600, "long_share": 0.0}))
+    assert ids(unlent.decide(x).requeue) == [1, 2, 4]
+
+
+def test_a_kept_lent_run_its_own_limit_ends_soon_is_left_to_end_not_reclaimed(tmp_path):
+    """A review of keep_lent_while_idle: a kept run (--time 3 h) reclaimed 2 minutes before its own
+    limit would run those 3 h again in its partition; it is left to end where it is."""
+    d = LucidDecider(make_cfg(tmp_path, profiler={"lend_idle_gpus": True, "keep_lent_while_idle": True,
+                                                  "long_tprof_s": 3600, "long_share": 0.0}))
+    runs = [lj(1, 1, partition="profiling", state="RUNNING", start_time=NOW - 10_780, node_names=("gpu3",),
+               time_limit_s=10_800),
+            lj(2, 1, partition="profiling", state="RUNNING", start_time=NOW - 10_780, node_names=("gpu3",),
+               time_limit_s=20_000)]
+    records = {j.job_id: rec(j, profile="admitted", phase="profiling") for j in runs}
+    for r in records.values():
+        r.lent = True
+    x = inp(profiling=runs, records=records)
+    x.away_s, x.busy_nodes, x.node_wait_s = 0.0, frozenset({"gpu3"}), {"gpu3": 3600}
+    plan = d.decide(x)
+    assert ids(plan.requeue) == [2] and "reclaimed" in reasons(plan.requeue)[2]
+    assert ids(plan.abandon) == [1] and "its own time limit, 10800 s" in reasons(plan.abandon)[1]
 
 
 def test_lending_off(tmp_path):

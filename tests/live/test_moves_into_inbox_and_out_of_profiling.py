@@ -237,10 +237,13 @@ def test_an_owners_list_set_after_a_lent_runs_release_is_left_alone(tmp_path):
     assert not any(a.key.startswith("unexclude:") for a in store.actions_for(40))
 
 
-def test_a_lent_run_kept_past_its_tprof_is_reclaimed_once_a_job_has_waited_long_tprof_s(tmp_path):
+@pytest.mark.parametrize("asked", ["main", "main,research"])
+def test_a_lent_run_kept_past_its_tprof_is_reclaimed_once_a_job_has_waited_long_tprof_s(tmp_path, asked):
     """[profiler] keep_lent_while_idle: the daemon gives the decider each busy node's longest wait
     since submission (DecisionInput.node_wait_s); a lent run past its Tprof stays while nobody has
-    waited long_tprof_s for its node, and is requeued at the cycle after someone has."""
+    waited long_tprof_s for its node, and is requeued at the cycle after someone has. A job asking
+    for `-p main,research` waits in main too (a review found it keyed by the whole list, so that no
+    node's partition matched it and the run was never reclaimed)."""
     cfg, clock, slurm, store, rec = _lent_run(tmp_path, long_tprof_s=600, keep_lent_while_idle=True)
     slurm.start(40)
     slurm.jobs[40].node_names = ("gpu1",)  # where Slurm started it: the only node its list leaves
@@ -248,9 +251,9 @@ def test_a_lent_run_kept_past_its_tprof_is_reclaimed_once_a_job_has_waited_long_
     run_cycles(rec, clock, 1200)  # twice its Tprof, nobody waiting in main (gpu1's partition)
     assert slurm.jobs[40].state == "RUNNING" and slurm.jobs[40].partition == "profiling"
     assert not any(c[0] == "requeue" for c in slurm.job_calls(40))
-    slurm.submit(50, partition="main", gpus=8, comment="lucid:noprofile")  # waits: job 40 holds a GPU of gpu1
+    slurm.submit(50, partition=asked, gpus=8, comment="lucid:noprofile")  # waits: job 40 holds a GPU of gpu1
     run_cycles(rec, clock, 300)
-    assert slurm.jobs[50].partition == "main" and slurm.jobs[50].state == "PENDING"
+    assert slurm.jobs[50].partition == asked and slurm.jobs[50].state == "PENDING"
     assert not any(c[0] == "requeue" for c in slurm.job_calls(40)), "reclaimed before job 50 waited 600 s"
     run_cycles(rec, clock, 320)
     assert [c[0] for c in slurm.job_calls(40)].count("requeue") == 1
