@@ -472,7 +472,9 @@ class Reconciler:
         prof_gpus = sum(n.gpus for n in snap.nodes.values() if n.name in self._profiles_on and n.usable)
         queued = {}
         for j in waiting:
-            queued[j.partition] = queued.get(j.partition, 0) + 1
+            for part in (j.partition or "").split(","):  # `-p main,research` waits in each
+                if part:
+                    queued[part] = queued.get(part, 0) + 1
         free, node_gpus = {}, {}
         for n in snap.nodes.values():
             for part in n.partitions:

@@ -120,6 +120,18 @@ def test_a_job_that_would_start_at_once_skips_profiling(tmp_path):
     assert ids(off.decide(x).profile) == [1, 2] and off.decide(x).release == []
 
 
+def test_a_job_asking_for_a_list_of_partitions_skips_profiling_where_one_has_room(tmp_path):
+    """skip_when_free with `-p main,research`: Slurm starts it in whichever has room, so it skips
+    profiling when nobody waits in either and a node of one has its GPUs free (the daemon counts a
+    waiting job with such a list in each partition of it)."""
+    d = LucidDecider(make_cfg(tmp_path))
+    x = inp([lj(1, 2)], target="main,research")
+    x.queued, x.free_gpus = {}, {"main": 0, "research": 4}
+    assert ids(d.decide(x).release) == [1]
+    x.queued = {"research": 1}  # someone waits in one of them: profiled
+    assert ids(d.decide(x).profile) == [1]
+
+
 def test_jobs_that_fit_on_gpus_nobody_waits_for_are_lent_them(tmp_path):
     """[profiler] lend_idle_gpus: 20 GPUs free on nodes of partitions nobody waits in,
     at most 8 on one node. Least-GPUs-first, a job that fits on one such node is admitted there (lent,
