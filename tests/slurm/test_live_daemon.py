@@ -340,6 +340,38 @@ def test_profiling_borrows_only_gpus_nobody_waits_for(clean_cluster, tmp_path, j
     assert release and json.loads(release[0].args).get("excnodelist") == "", release
 
 
+def test_gpus_a_job_waits_for_in_a_list_of_partitions_are_not_lent(clean_cluster, tmp_path, job_script,
+                                                                   lucidd_factory):
+    """A job submitted with `-p main,research` waits in both (Slurm shows "main,research"): main's
+    idle GPUs are not lent to profiling while it waits. research (gpu3-4) is full with a job
+    waiting; gpu1 and gpu2 hold one GPU each, so the 8-GPU list job fits nowhere. A research probe
+    finds nothing to borrow and is admitted within the profiling capacity, not lent (no
+    ExcNodeList). Before 2 December 2026 the list was one partition name no node had: gpu1-2
+    counted as nobody's, and the probe was lent them."""
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state",
+                       profiler={"capacity_gpus": 0, "lend_idle_gpus": True})
+    daemon = lucidd_factory(cfg).start()
+    fill, waiter = _research_full_with_a_waiter(job_script, 150)
+    one = [sbatch(job_script, 150, "-p", "main", "--gres=gpu:1", "-w", node, "--comment", "lucid:noprofile",
+                  name=f"one-{node}") for node in ("gpu1", "gpu2")]
+    wait_until(lambda: sum(j["job_id"] in one and j["job_state"] == "RUNNING" for j in squeue()) == 2, 60,
+               "one GPU busy on each of gpu1 and gpu2")
+    wide = sbatch(job_script, 5, "-p", "main,research", "--gres=gpu:8", "--comment", "lucid:noprofile", name="wide")
+    wait_until(lambda: any(j["job_id"] == wide and j["partition"] == "main,research" and j["job_state"] == "PENDING"
+                           for j in squeue()), 30, "the list job waiting in main,research")
+    probe = sbatch(job_script, 60, "-p", "research", "--gres=gpu:1", name="probe")
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+    row = wait_until(lambda: (r := store.job(probe)) is not None and r.phase != "inbox" and r, 60,
+                     "lucidd to send the probe on")
+    # admitted within the profiling capacity (runs there use any node), not lent main's GPUs
+    assert not row.lent and "nobody waits for" not in (row.profile_reason or ""), (row.lent, row.profile_reason)
+    assert row.profile_reason.startswith("profiling: 1 GPU(s)"), row.profile_reason
+    assert (next(j for j in squeue() if j["job_id"] == probe).get("excluded_nodes") or "") == ""
+    for jid in (probe, wide, waiter, *one, *fill):
+        sh("scancel", str(jid))
+    daemon.stop()
+
+
 def test_a_lent_run_is_kept_until_a_job_of_its_nodes_has_waited_long_tprof(clean_cluster, tmp_path, job_script,
                                                                             lucidd_factory):
     """[profiler] keep_lent_while_idle, long_tprof_s 20 s: a research job lent main's GPUs (research
