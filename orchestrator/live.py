@@ -56,6 +56,13 @@ def live_job(j, record) -> Job:
     return job
 
 
+def partition_node_gpus(node_gpus: dict, partition: str | None) -> int:
+    """The most GPUs on one node of `partition`, or of any partition of a list (`-p main,research`:
+    its job may run in either; keyed by the whole list it found none, and a wide job asking so
+    started starving 4x later)."""
+    return max((node_gpus.get(p, 0) for p in (partition or "").split(",")), default=0)
+
+
 def starvation_divisor(cfg: LucidConfig, job: Job, node_gpus: int) -> int:
     """What starvation_s is divided by for `job`: the nodes it needs (its GPUs over `node_gpus`, its
     partition's most GPUs on one node, rounded up), at most starvation_node_cap; 1 for a job that
@@ -781,7 +788,7 @@ class LucidDecider(Decider):
             if bounded != j.estimate:
                 j.estimate = bounded
                 capped.add(j.job_id)
-            value, starving = site_factor(self.policy, j, now, ppd, node_gpus.get(j.vc, 0))
+            value, starving = site_factor(self.policy, j, now, ppd, partition_node_gpus(node_gpus, j.vc))
             scored.append((value, starving, j))
         scored.sort(key=lambda t: (-t[0], t[2].seq))
         by_part = {}
@@ -789,7 +796,7 @@ class LucidDecider(Decider):
             rank = by_part[j.vc] = by_part.get(j.vc, 0) + 1
             if starving:  # the job's own threshold, worked out only for the jobs it concerns
                 hs = self.policy.config.starving_halflife_s
-                k = starvation_divisor(self.policy.config, j, node_gpus.get(j.vc, 0))
+                k = starvation_divisor(self.policy.config, j, partition_node_gpus(node_gpus, j.vc))
                 wide = f" (starvation_s / {k}: a job of several nodes)" if k > 1 else ""
                 why = ("starvation guard: waited "
                        f"{(now - j.attrs['submitted']) / 3600:.1f} h > "
@@ -941,7 +948,7 @@ def replay_recorded(recorded: dict) -> dict:
     released = set(recorded["decisions"]["release"])
     for d in recorded["waiting"] + [d for d in recorded["inbox"] + recorded["profiling"] if d["job_id"] in released]:
         factors[str(d["job_id"])] = site_factor(policy, job(d), now, c["points_per_doubling"],
-                                                node_gpus.get(d["target_partition"] or d["partition"], 0))[0]
+                                                partition_node_gpus(node_gpus, d["target_partition"] or d["partition"]))[0]
     profiled = set(recorded["decisions"]["profile"])
     order = sorted((job(d) for d in recorded["inbox"] if d["job_id"] in profiled), key=LeastGPUFirst.pending_key)
     return {"profile": [j.job_id for j in order], "site_factors": factors}

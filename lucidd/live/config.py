@@ -301,6 +301,19 @@ def config_from_dict(raw: dict, path: str | None = None, lenient: list | None = 
         raise ConfigError("[slurm] profiling_partition: must differ from inbox_partition")
     if s["default_partition"] in (s["inbox_partition"], s["profiling_partition"]):
         raise ConfigError("[slurm] default_partition: must be a partition jobs run in, not the inbox or profiling")
+    # one name per entry: "main,research" matches no partition (jobs are compared partition by
+    # partition), so the list would silently manage or exempt nothing when Slurm is not there to check
+    lists = [("slurm", "managed_partitions", s["managed_partitions"]),
+             ("profiler", "exempt_partitions", sections["profiler"]["exempt_partitions"])]
+    for section, key, names in lists:
+        for name in names:
+            if not name or any(c.isspace() or c in ",=" for c in name):
+                raise ConfigError(f"[{section}] {key}: each entry must be one partition name, got {name!r}"
+                                  + (" (give them as separate entries)" if "," in name else ""))
+    own = [n for n in s["managed_partitions"] if n in (s["inbox_partition"], s["profiling_partition"])]
+    if own:
+        raise ConfigError(f"[slurm] managed_partitions: {own[0]!r} is lucidd's own inbox or profiling partition; "
+                          "list the partitions jobs run in")
     d = sections["daemon"]
     if d["failopen_after_s"] < 2 * d["interval_s"] and lenient is None:  # lucidd refuses to run with it
         raise ConfigError(f"[daemon] failopen_after_s: must be >= 2 x interval_s "

@@ -131,6 +131,22 @@ def test_every_bad_value_names_its_section_and_key(section, key, value):
     assert "\n" not in msg
 
 
+@pytest.mark.parametrize("section,key,names,says", [
+    ("slurm", "managed_partitions", ["main,research"], "separate entries"),
+    ("slurm", "managed_partitions", ["main", " "], "one partition name"),
+    ("profiler", "exempt_partitions", ["debug,interactive"], "separate entries"),
+    ("slurm", "managed_partitions", ["main", "inbox"], "lucidd's own inbox or profiling"),
+    ("slurm", "managed_partitions", ["profiling"], "lucidd's own inbox or profiling"),
+])
+def test_partition_lists_take_one_name_per_entry_and_not_lucidds_own(section, key, names, says):
+    """A review: ["main,research"] matched no partition (jobs are compared partition by partition),
+    and with Slurm away at start-up (its check skipped) lucidd managed nothing, so every GPU looked
+    idle and lendable; the inbox or profiling partition as managed did the same."""
+    with pytest.raises(ConfigError, match=rf"^\[{section}\] {key}:.*{re.escape(says)}"):
+        config_from_dict({section: {key: names}})
+    assert config_from_dict({section: {key: ["main", "research"]}})
+
+
 @pytest.mark.parametrize("value", [math.inf, -math.inf])
 def test_infinite_numbers_are_refused(value):
     with pytest.raises(ConfigError, match=r"^\[daemon\] interval_s:"):

@@ -570,6 +570,18 @@ def test_a_job_of_several_nodes_starves_sooner(decider):
     assert not any("starvation guard" in why for _, _, why in decider.decide(x).site_factors.values())
 
 
+def test_a_wide_job_asking_for_a_list_of_partitions_starves_as_soon_as_in_one(decider):
+    """`-p main,research`, 32 GPUs on 8-GPU nodes: 3 h, as with `-p main` (a review: the node size
+    was looked up under the whole list, found none, and the job waited the single-node 12 h)."""
+    j, r = waiting_job(1, 32, 1e5, NOW - 3 * 3600 - 60, partition="main,research")
+    x = inp(waiting=[j], records={1: r})
+    x.node_gpus = {"main": 8, "research": 8}
+    plan = decider.decide(x)
+    assert "> 3 h (starvation_s / 4: a job of several nodes)" in plan.site_factors[1][2], plan.site_factors[1]
+    recorded = decider.record(x, plan)
+    assert replay_recorded(recorded)["site_factors"] == {"1": plan.site_factors[1][0]}
+
+
 def test_same_job_same_value_on_two_calls_and_later(decider):
     specs = [(i, 2 ** (i % 4), 60.0 * (i + 1), NOW - 100 * i) for i in range(1, 20)]
     first, _, _ = decide_waiting(decider, specs)
