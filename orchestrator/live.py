@@ -137,6 +137,10 @@ def profiling_skip_reason(p, j, record) -> str | None:
         return "has a --deadline: the restart after profiling could make it miss it"
     if j.array_pending:
         return "a job array: its tasks go to their partition together"
+    if getattr(j, "array_job_id", 0):
+        # seen here only after lucidd-failopen or a restart let the array run: its last task keeps the
+        # array's id, and a requeue at Tprof by that id would requeue every task, running ones too
+        return f"a task of job array {j.array_job_id}: a requeue could reach the array's other tasks"
     if j.held:
         return "held: it waits for its release in its own partition"
     if j.dependency:
@@ -817,6 +821,7 @@ class LucidDecider(Decider):
                     "user": j.user, "account": j.account,
                     "name": j.name, "partition": j.partition, "state": j.state, "start_time": j.start_time,
                     "requeue": j.requeue, "comment": j.comment, "array_pending": j.array_pending,
+                    "array_job_id": getattr(j, "array_job_id", 0),
                     "restart_count": j.restart_count,
                     "original_submit": None if r is None else r.original_submit,
                     "target_partition": None if r is None else r.target_partition,

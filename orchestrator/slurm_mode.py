@@ -937,6 +937,7 @@ def replay_cycle(recorded: dict, live=None) -> dict:
         lj.nodes, lj.user, lj.account = d.get("nodes") or 1, d.get("user") or "", d.get("account") or ""
         lj.requeue, lj.comment, lj.array_pending = d.get("requeue", True), d.get("comment") or "", \
             bool(d.get("array_pending"))
+        lj.array_job_id = d.get("array_job_id") or 0
         lj.restart_count = d.get("restart_count") or 0
         lj.node_names = tuple(d.get("node_names") or ())
         r = sim.recs[seq]

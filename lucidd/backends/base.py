@@ -78,6 +78,9 @@ class LiveJob:
     comment: str = ""
     admin_comment: str = ""
     array_pending: bool = False  # a not yet split array record (one record for many tasks)
+    # a task's array id (0: not an array). The last pending task keeps the array's own id, with no task
+    # string left: a call on that id (a move, a requeue) reaches every task of the array (seen on 22.05)
+    array_job_id: int = 0
     priority: int = 1  # 0: held (by its user or an admin)
     dependency: str = ""  # sbatch --dependency, as Slurm reports it ("" when none is left)
     required_nodes: str = ""  # sbatch --nodelist, as Slurm reports it
@@ -231,9 +234,12 @@ class Backend:
         were running or ended between the two (a job may come in two windows that meet)."""
         raise NotImplementedError
 
-    def move(self, job_ids, partition: str, start_now: bool = False, exclude: str | None = None) -> None:
+    def move(self, job_ids, partition: str, start_now: bool = False, exclude: str | None = None,
+             het_leader_only: bool = False) -> None:
         """Set the jobs' partition (and BeginTime=now); `exclude`: also set their ExcNodeList to these
-        nodes ("": clear it; None: leave it as it is)."""
+        nodes ("": clear it; None: leave it as it is). `het_leader_only`: the ids are heterogeneous
+        jobs' leaders, and only the leader moves (`jobid=L+0`); by its plain id Slurm moves every
+        component of the job with it (seen on 22.05)."""
         raise NotImplementedError
 
     def requeue(self, job_id) -> None:

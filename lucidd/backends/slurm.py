@@ -278,12 +278,15 @@ def parse_job(rec: dict) -> LiveJob:
         comment=rec.get("comment") or "",
         admin_comment=rec.get("admin_comment") or "",
         array_pending=bool(array_str),  # only a not yet split array record has a task string ('1-9', '1,3,5')
+        array_job_id=json_int(rec.get("array_job_id"), 0) or 0,
         priority=json_int(rec.get("priority"), 1),
         dependency=rec.get("dependency") or "",
         required_nodes=rec.get("required_nodes") or "",
         excluded_nodes=rec.get("excluded_nodes") or "",
         node_names=job_node_names(rec),
-        exclusive=str(rec.get("shared") or "").lower() == "none",  # 22.05's word for --exclusive
+        # 22.05's words for --exclusive, --exclusive=user and --exclusive=mcs (seen on the test cluster):
+        # each keeps others off the nodes it gets
+        exclusive=str(rec.get("shared") or "").lower() in ("none", "user", "mcs"),
         het_job_id=json_int(rec.get("het_job_id"), 0) or 0,
         het_job_offset=json_int(rec.get("het_job_offset"), 0) or 0,
         batch=bool(rec.get("batch_flag", True)),
@@ -489,8 +492,9 @@ class SlurmBackend(Backend):
         return [r for r in sacct_rows(data) if r["end_time"] and r["state"] not in ("RUNNING", "PENDING",
                                                                                      "REQUEUED", "SUSPENDED")]
 
-    def move(self, job_ids, partition: str, start_now: bool = False, exclude: str | None = None) -> None:
-        ids = ",".join(str(int(j)) for j in job_ids)
+    def move(self, job_ids, partition: str, start_now: bool = False, exclude: str | None = None,
+             het_leader_only: bool = False) -> None:
+        ids = ",".join(f"{int(j)}+0" if het_leader_only else str(int(j)) for j in job_ids)
         argv = ["scontrol", "update", f"jobid={ids}", f"partition={partition}"]
         if start_now:
             argv.append("starttime=now")

@@ -1145,14 +1145,19 @@ class Reconciler:
             # a job withdrawn from borrowed GPUs (or moved back into the inbox from them) leaves its
             # ExcNodeList behind (one call per such job group)
             clear = (from_profiling or r.lent) and bool(j.excluded_nodes)
-            args = {"partition": r.target_partition} | ({"excnodelist": ""} if clear else {})
-            by_target.setdefault((r.target_partition, clear), []).append(
+            split = self._het_components_sent_on(j, r, snap) if j.het_job_id == jid else False
+            if split is None:
+                continue  # a component's own move failed: the whole job waits in the inbox for the next cycle
+            args = {"partition": r.target_partition} | ({"excnodelist": ""} if clear else {}) | \
+                ({"het_leader_only": True} if split else {})
+            by_target.setdefault((r.target_partition, clear, split), []).append(
                 (self._direct_key(jid, records, j), jid, "release", args, reason))
             reasons[jid] = reason
-        for (target, clear), items in by_target.items():
+        for (target, clear, split), items in by_target.items():
             errors = {}
-            moved = self._act_batch(items, lambda ids, target=target, clear=clear: self.backend.move(
-                ids, target, exclude="" if clear else None), now, applied=applied, errors=errors)
+            moved = self._act_batch(items, lambda ids, target=target, clear=clear, split=split: self.backend.move(
+                ids, target, exclude="" if clear else None, het_leader_only=split), now, applied=applied,
+                errors=errors)
             for jid in moved:
                 r = records[jid]
                 r.profile = "released" if r.profile == "released" else "skipped"  # profiled before: it stays so
@@ -1192,6 +1197,41 @@ class Reconciler:
                 n += 1
             changed[jid] = r
         return n
+
+    def _het_components_sent_on(self, leader: LiveJob, r: JobRow, snap) -> bool | None:
+        """A heterogeneous job released from the inbox: its components that asked for a partition other
+        than the leader's go there first, each by its own id (the leader, still in the DOWN inbox, keeps
+        the job from starting meanwhile). True: some did, and the leader must then move alone (by its
+        plain id Slurm moves every component with it: `sbatch -p main ... : -p research ...` ran all in
+        main, seen on 22.05); False: all go where the leader goes, in one move; None: a move failed (the
+        job stays in the inbox; the next cycle tries again)."""
+        # every pending component, one already sent on at an earlier cycle too (whose leader's move
+        # failed then): the leader must still move alone, or it would take that one back with it
+        comps = [c for c in snap.jobs if c.het_job_id == leader.job_id and c.job_id != leader.job_id and c.pending]
+        own = [(c, self.target_partition(c.requested_partition)) for c in comps]
+        if not any(target != r.target_partition for _, target in own):
+            return False
+        for c, target in own:
+            if c.partition == target:
+                continue
+            try:
+                if not self.dry_run:
+                    self.backend.move([c.job_id], target)
+                log.info("job %s: component %s of heterogeneous job %s sent to %s, the partition it asked for",
+                         leader.job_id, c.job_id, leader.job_id, target)
+            except BackendError as exc:
+                if exc.transient:
+                    log.warning("job %s: could not send component %s of heterogeneous job %s to %s (%s): the "
+                                "job waits in %s for the next cycle", leader.job_id, c.job_id, leader.job_id,
+                                target, exc, self.inbox)
+                    return None
+                # refused for good (its partition gone, say): the whole job goes where its leader goes, as
+                # Slurm would move it, rather than wait in the inbox for ever
+                log.warning("job %s: Slurm refused component %s of heterogeneous job %s a move to %s (%s): the "
+                            "job goes to %s whole", leader.job_id, c.job_id, leader.job_id, target, exc,
+                            r.target_partition)
+                return False
+        return True
 
     def _steered_away(self, records: dict, seen: dict) -> list:
         """Jobs lucidd admitted to lent GPUs that wait in a partition with its ExcNodeList still set."""
@@ -1341,13 +1381,18 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time, released:
             pass
         raise
     _raise_shared(backend, snap, lines)
+    # heterogeneous jobs' components first, each to the partition it asked for, then their leaders
+    # alone (`jobid=L+0`): by its plain id a leader takes every component to its own partition (seen
+    # on 22.05), and one moved first, the components' moves would be undone
+    waiting = [j for j in snap.jobs if j.partition == s.inbox_partition and j.pending]
+    split = {j.het_job_id for j in waiting if j.het_component} & {j.job_id for j in waiting}
     by_target = {}
-    for j in snap.jobs:
-        if j.partition == s.inbox_partition and j.pending:
-            by_target.setdefault(released_to(j.requested_partition, s), []).append(j.job_id)
-    for target, ids in sorted(by_target.items()):
+    for j in waiting:
+        kind = 0 if j.het_component else 2 if j.job_id in split else 1
+        by_target.setdefault((kind, released_to(j.requested_partition, s)), []).append(j.job_id)
+    for (kind, target), ids in sorted(by_target.items()):
         try:
-            backend.move(ids, target)
+            backend.move(ids, target, het_leader_only=kind == 2)
             lines.append(f"released {len(ids)} job(s) from {s.inbox_partition} to {target}: {reason}")
             released.extend((jid, target, "inbox") for jid in ids)
         except BackendError as exc:

@@ -84,12 +84,17 @@ class MemSlurm(Backend):
         for jid in job_ids:
             apply(jid)
 
-    def move(self, job_ids, partition: str, start_now: bool = False, exclude: str | None = None) -> None:
+    def move(self, job_ids, partition: str, start_now: bool = False, exclude: str | None = None,
+             het_leader_only: bool = False) -> None:
         def apply(jid):
             j = self.jobs[jid]
-            j.partition = partition
-            if exclude is not None:
-                j.excluded_nodes = exclude
+            # as Slurm 22.05: a heterogeneous job's leader by its plain id takes every component along
+            comps = [] if het_leader_only or j.het_job_id != jid else \
+                [c for c in self.jobs.values() if c.het_job_id == jid and c.job_id != jid]
+            for x in (j, *comps):
+                x.partition = partition
+                if exclude is not None:
+                    x.excluded_nodes = exclude
 
         if any(p not in self.partitions for p in partition.split(",")):
             self.calls.append(("move", tuple(job_ids)))

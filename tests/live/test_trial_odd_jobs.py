@@ -26,6 +26,12 @@ def _rec(**kw):
 def test_exclusive_het_and_begin_time_are_read_from_squeue():
     assert _rec(shared="none").exclusive and not _rec().exclusive  # `--exclusive`
     assert not _rec(shared="oversubscribe").exclusive
+    # `--exclusive=user` and `--exclusive=mcs` (22.05 on the test cluster, 2 December 2026): whole nodes too
+    assert _rec(shared="user").exclusive and _rec(shared="mcs").exclusive
+    # an array's last pending task keeps the array's id, with no task string left (seen on 22.05:
+    # job 5 of `--array=0-2%1` pending as task 2): it is a task, though not a pending array record
+    last = _rec(job_id=5, array_job_id=5, array_task_id=2, array_task_string="")
+    assert last.array_job_id == 5 and not last.array_pending and _rec().array_job_id == 0
     leader = _rec(job_id=63, het_job_id=63, het_job_id_set="63-64", het_job_offset=0)
     comp = _rec(job_id=64, het_job_id=63, het_job_id_set="63-64", het_job_offset=1)
     assert leader.het_job_id == 63 and not leader.het_component and comp.het_component
@@ -41,7 +47,8 @@ def test_exclusive_het_and_begin_time_are_read_from_squeue():
                                     ({"het_job_id": 1}, "heterogeneous"),
                                     ({"reason": "BeginTime"}, "begin time"),
                                     ({"batch": False}, "interactive allocation (salloc/srun)"),
-                                    ({"deadline": NOW + 7200}, "--deadline")])
+                                    ({"deadline": NOW + 7200}, "--deadline"),
+                                    ({"array_job_id": 1}, "a task of job array 1: a requeue could reach")])
 def test_exclusive_heterogeneous_and_future_jobs_skip_profiling(decider, kw, why):  # noqa: F811
     """An --exclusive 1-GPU job counted 1 profiling GPU and held a whole node (four held the
     cluster); a het job's components were profiled apart, 12 GPUs on 2 nodes past Nprof 8; eight
@@ -109,6 +116,58 @@ def test_a_het_component_is_left_to_its_leader(cluster):  # noqa: F811
     row = store.job(63)
     assert row.phase == "released" and "heterogeneous" in row.profile_reason
     assert not slurm.job_calls(64)
+
+
+def _het_in_two_partitions(slurm):
+    slurm.partitions = ("inbox", "profiling", "main", "research")
+    slurm.submit(63, partition="main", gpus=1, het_job_id=63)
+    slurm.submit(64, partition="research", gpus=2, het_job_id=63, het_job_offset=1)
+
+
+def test_a_het_job_whose_components_ask_for_different_partitions_runs_in_each(cluster):  # noqa: F811
+    """`sbatch -p main ... : -p research ...` (a review, checked on 22.05): the leader's move by its
+    plain id took the research component to main. The component goes first, by its own id, then
+    the leader alone (jobid=L+0), while the DOWN inbox keeps the job from starting in between."""
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False)
+    rec_ = lucidd()
+    _het_in_two_partitions(slurm)
+    run_cycles(rec_, clock, 10)
+    assert slurm.jobs[63].partition == "main" and slurm.jobs[64].partition == "research"
+    assert [c for c in slurm.calls if c[0] == "move"] == [("move", (64,)), ("move", (63,))]
+    assert store.job(63).phase == "released" and store.job(64) is None
+
+
+def test_a_het_job_waits_in_the_inbox_when_its_components_move_fails_for_now(cluster):  # noqa: F811
+    from lucidd.backends.base import BackendError  # noqa: F401 (the fake raises it)
+
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False)
+    rec_ = lucidd()
+    _het_in_two_partitions(slurm)
+    slurm.fail[("move", 64)] = ("Socket timed out on send/recv operation", True, False)
+    run_cycles(rec_, clock, 10)
+    assert slurm.jobs[63].partition == "inbox" and slurm.jobs[64].partition == "inbox"
+    run_cycles(rec_, clock, 10)  # the next cycle: both where they asked to be
+    assert slurm.jobs[63].partition == "main" and slurm.jobs[64].partition == "research"
+    # refused for good (not transient): the job goes whole to the leader's partition, as Slurm moves it
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False)
+    rec_ = lucidd()
+    _het_in_two_partitions(slurm)
+    slurm.fail[("move", 64)] = ("Invalid partition name specified", False, False)
+    run_cycles(rec_, clock, 10)
+    assert slurm.jobs[63].partition == "main" and slurm.jobs[64].partition == "main"
+
+
+def test_fail_open_sends_a_het_jobs_components_to_their_own_partitions(cluster):  # noqa: F811
+    from lucidd.live.reconcile import open_inbox
+
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False)
+    _het_in_two_partitions(slurm)
+    slurm.submit(70, partition="main", gpus=1)
+    open_inbox(slurm, cfg, "lucidd is dead")
+    assert slurm.jobs[63].partition == "main" and slurm.jobs[64].partition == "research"
+    assert slurm.jobs[70].partition == "main"
+    moves = [c[1] for c in slurm.calls if c[0] == "move"]
+    assert moves.index((64,)) < moves.index((63,)), moves
 
 
 def test_an_array_whose_first_tasks_run_is_not_flagged_when_only_those_refuse_the_move(cluster):  # noqa: F811

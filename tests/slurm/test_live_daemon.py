@@ -686,6 +686,49 @@ def test_the_backends_requeue_leaves_an_ended_job_alone_and_requeues_a_running_o
     sh("scancel", str(running))
 
 
+HET_SCRIPT = """#!/bin/bash
+#SBATCH -p main --gres=gpu:1
+#SBATCH hetjob
+#SBATCH -p research --gres=gpu:2
+sleep 3
+"""
+
+
+def _het_job(tmp_path) -> int:
+    script = tmp_path / "het.sh"
+    script.write_text(HET_SCRIPT)
+    return int(sh("sbatch", "--parsable", "-J", "het", "-o", f"{tmp_path}/%j.out", str(script)).strip().split(";")[0])
+
+
+def _het_partitions(leader) -> dict:
+    """offset -> the partition its component runs or ran in (sacct: one row per component)."""
+    def read():
+        data = json.loads(sh("sacct", "--json", "--allusers", "-j", str(leader)))
+        rows = {j["het"]["job_offset"]: (j["partition"], j["state"]["current"]) for j in data["jobs"]
+                if (j.get("het") or {}).get("job_id") == leader}
+        return len(rows) == 2 and all(s == "COMPLETED" for _, s in rows.values()) and rows
+    return {k: p for k, (p, _) in wait_until(read, 60, "both components of the het job to end").items()}
+
+
+def test_a_het_job_runs_each_component_in_the_partition_it_asked_for(clean_cluster, tmp_path, lucidd_factory):
+    """`-p main ... : -p research ...` (a review, checked on 22.05): lucidd released the job by its
+    leader's plain id, and Slurm moved both components to main. Now the research component goes
+    first by its own id, then the leader alone (jobid=L+0). lucidd-failopen does the same."""
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
+    daemon = lucidd_factory(cfg).start()
+    leader = _het_job(tmp_path)
+    assert _het_partitions(leader) == {0: "main", 1: "research"}
+    daemon.stop()  # (its stop opens the inbox: closed again, as a lucidd killed with -9 leaves it)
+    sh("scontrol", "update", "partitionname=inbox", "state=DOWN")
+    # fail-open, with lucidd gone: the same two partitions
+    leader = _het_job(tmp_path)
+    wait_until(lambda: sum(j["partition"] == "inbox" for j in squeue() if j["job_state"] == "PENDING") == 2, 30,
+               "the het job's two components waiting in the inbox")
+    # as the systemd timer runs it: until lucidd's heartbeat is old enough and it opens the inbox
+    wait_until(lambda: failopen(cfg).returncode == 0 and partition_up("inbox"), 30, "lucidd-failopen to act", step=1)
+    assert _het_partitions(leader) == {0: "main", 1: "research"}
+
+
 def test_interactive_and_deadline_jobs_go_to_their_partition_unprofiled(clean_cluster, tmp_path, job_script,
                                                                          lucidd_factory):
     """An admin trial (28 November 2026): a `salloc` session admitted to profiling could not be
