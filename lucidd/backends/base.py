@@ -172,6 +172,13 @@ class NodeGPUs:
     used: int
     state: str = ""
     partitions: tuple = ()
+    idle_cpus: int | None = None  # None: not reported
+
+    @property
+    def free_gpus(self) -> int:
+        """GPUs a job could start on now: none while every CPU of the node is taken (a CPU-only job
+        can fill a GPU node; a run lent its free GPUs would wait there, admitted, for hours)."""
+        return 0 if self.idle_cpus == 0 else max(0, self.gpus - self.used)
 
     @property
     def usable(self) -> bool:

@@ -318,7 +318,8 @@ def parse_sinfo(data: dict) -> dict:
         if isinstance(state, list):
             state = "+".join(state)
         nodes[name] = NodeGPUs(name, gres_gpu_count(rec.get("gres") or ""), gres_used_gpus(rec.get("gres_used") or ""),
-                               "+".join([str(state), *map(str, flags)]), tuple(rec.get("partitions") or ()))
+                               "+".join([str(state), *map(str, flags)]), tuple(rec.get("partitions") or ()),
+                               idle_cpus=json_int(rec.get("idle_cpus"), None))
     return nodes
 
 

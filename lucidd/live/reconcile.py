@@ -480,7 +480,7 @@ class Reconciler:
             for part in n.partitions:
                 node_gpus[part] = max(node_gpus.get(part, 0), n.gpus)
                 if n.usable:
-                    free[part] = max(free.get(part, 0), n.gpus - n.used)
+                    free[part] = max(free.get(part, 0), n.free_gpus)
         lend_gpus, lend_node, self._not_lendable, busy, node_wait = self._lendable(snap, waiting, records, now)
         # A shadow's virtual runs go on whether or not it was away: after its restart they are requeued
         # at Tprof, not left to finish (a run that never was cannot end, and would hold room for ever)
@@ -640,7 +640,7 @@ class Reconciler:
             if not n.usable or waited_for:
                 others.append(name)
                 continue
-            free = max(0, n.gpus - n.used)
+            free = n.free_gpus
             gpus += free
             most = max(most, free)
         if not gpus:

@@ -139,6 +139,26 @@ def _lent_run(tmp_path, **profiler):
     return cfg, clock, slurm, store, rec
 
 
+def test_gpus_on_a_node_whose_cpus_are_all_taken_are_not_lent(tmp_path):
+    """As `_lent_run`, but main's idle GPUs sit on a node a CPU-only job has filled (idle_cpus 0):
+    nothing is lent there (a run steered onto it could not start, and waited admitted for hours)."""
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")},
+                            "profiler": {"tprof_s": 600, "lend_idle_gpus": True, "skip_when_free": False,
+                                         "capacity_gpus": 1}})
+    clock = Clock()
+    slurm = MemSlurm(clock, partitions=("inbox", "profiling", "main", "research"))
+    slurm.nodes = {"gpu1": NodeGPUs("gpu1", 8, 0, "ALLOCATED", ("inbox", "profiling", "main"), idle_cpus=0),
+                   "gpu2": NodeGPUs("gpu2", 8, 8, "ALLOCATED", ("inbox", "profiling", "research"))}
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
+    slurm.jobs[1] = LiveJob(1, partition="research", gpus=8, submit_time=int(clock()), reason="Resources",
+                            comment="lucid:noprofile")
+    slurm.submit(40, partition="research", gpus=1)
+    run_cycles(rec, clock, 10)
+    assert not store.job(40).lent and not slurm.jobs[40].excluded_nodes, (store.job(40).profile_reason,)
+
+
 @pytest.fixture
 def lent_then_moved(tmp_path):
     cfg, clock, slurm, store, rec = _lent_run(tmp_path)

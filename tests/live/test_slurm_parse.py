@@ -92,6 +92,15 @@ def test_sinfo_idle_and_busy():
     assert all(v.state == "mixed" and v.usable for v in busy.values())
 
 
+def test_a_node_whose_cpus_are_all_taken_has_no_free_gpus():
+    """A review: a CPU-only job can fill a GPU node's CPUs; its free GPUs were lent, and the run
+    admitted there waited for hours (sinfo --json's idle_cpus, 22.05)."""
+    rec = {"name": "gpu1", "gres": "gpu:8", "gres_used": "gpu:2(IDX:0-1)", "state": "mixed", "partitions": ["main"]}
+    assert parse_sinfo({"nodes": [rec | {"idle_cpus": 12}]})["gpu1"].free_gpus == 6
+    assert parse_sinfo({"nodes": [rec | {"idle_cpus": 0}]})["gpu1"].free_gpus == 0
+    assert parse_sinfo({"nodes": [rec]})["gpu1"].free_gpus == 6  # not reported: GPUs alone
+
+
 @pytest.mark.parametrize("fixture,inbox_up", [("partitions_inbox_down.txt", False), ("partitions_inbox_up.txt", True)])
 def test_partitions(fixture, inbox_up):
     nodes = parse_sinfo(load("sinfo_idle.json"))
