@@ -531,7 +531,10 @@ def failopen_main(argv=None) -> int:
     _setup_logging(cfg.daemon.log_level)
     age = heartbeat_age(cfg.daemon.heartbeat_file)
     bound = cfg.daemon.failopen_after_s
-    acting = args.force or age is None or age > bound
+    # dated more than the bound ahead of this clock: the clock stepped back since lucidd last wrote it.
+    # A live lucidd rewrites it at its next cycle (and closes an inbox found open); a dead one never
+    # would, and the inbox stayed DOWN until the clock caught up with the step
+    acting = args.force or age is None or age > bound or age < -bound
     for text in ignored:  # said when it acts (it runs every 15 s: not a line each time lucidd is fine)
         logging.getLogger("lucidd").log(logging.WARNING if acting else logging.DEBUG,
                                         "lucidd-failopen: %s: ignored (lucidd itself refuses it): %s",
@@ -539,6 +542,7 @@ def failopen_main(argv=None) -> int:
     if not acting:
         return 0
     why = ("--force" if args.force else "no heartbeat file" if age is None
+           else f"lucidd's heartbeat is dated {-age:.0f} s ahead of this clock (it stepped back)" if age < 0
            else f"lucidd's heartbeat is {age:.0f} s old (> {bound:g} s)")
     backend = SlurmBackend(SlurmRunner(bin_dir=cfg.slurm.bin_dir or None, timeout_s=cfg.slurm.command_timeout_s))
     try:

@@ -1397,6 +1397,17 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time, released:
             released.extend((jid, target, "inbox") for jid in ids)
         except BackendError as exc:
             lines.append(f"could not release job(s) {ids[:10]} to {target}: {exc}; the open inbox runs them")
+    # The inbox is opened now, before the profiling partition's jobs are seen to: each of those is a
+    # call of its own, and a slurmctld slow enough (often why lucidd died) could see systemd kill this
+    # run before it reached the end, the inbox still DOWN, at every run of the timer
+    inbox = snap.partitions.get(s.inbox_partition)
+    not_opened = None
+    if inbox is not None and not inbox.up:
+        try:
+            backend.set_partition_up(s.inbox_partition, True)
+            lines.append(f"partition {s.inbox_partition} set UP: Slurm schedules new jobs without lucidd ({reason})")
+        except BackendError as exc:
+            not_opened = exc  # raised once the profiling partition's jobs are seen to
     prof = s.profiling_partition
     # A requeued profiling job: pending again with BeginTime; Slurm would restart it in profiling
     # ~2 min later anyway, in its own partition is better. One whose requeue is still completing (a
@@ -1419,9 +1430,11 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time, released:
         lines.append(f"requeued job(s) {sorted(completing)[:10]} still completing their requeue after "
                      f"{REQUEUE_COMPLETING_WAIT_S} s: left in {prof}, where Slurm restarts them")
     # the same-second trap (Slurm kills a job restarted within its requeue's second): one wait for all
+    # (at most 2 s: a submit time ahead of this clock, a step back or slurmctld's host running ahead,
+    # made it sleep as long as the step, and systemd killed lucidd-failopen before it opened the inbox)
     latest = max((j.submit_time or 0 for j in requeued), default=0)
     if clock() < latest + 1:
-        time.sleep(latest + 1.1 - clock())
+        time.sleep(min(2.0, latest + 1.1 - clock()))
     for j in requeued:
         target = released_to(j.requested_partition, s)
         try:
@@ -1444,14 +1457,12 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time, released:
                 released.append((j.job_id, target, "admitted"))
             except BackendError as exc:
                 lines.append(f"job {j.job_id} left in {prof} ({exc}); it runs there to its end")
-    inbox = snap.partitions.get(s.inbox_partition)
     try:
         if inbox is None and inbox_must_exist:
             raise ConfigError(f"[slurm] inbox_partition = \"{s.inbox_partition}\": Slurm has no such partition: "
                               "nothing to open")
-        if inbox is not None and not inbox.up:
-            backend.set_partition_up(s.inbox_partition, True)
-            lines.append(f"partition {s.inbox_partition} set UP: Slurm schedules new jobs without lucidd ({reason})")
+        if not_opened is not None:
+            raise not_opened
     finally:
         for line in lines:
             log.warning("fail-open: %s", line)

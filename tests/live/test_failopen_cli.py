@@ -54,6 +54,8 @@ def test_heartbeat_just_inside_the_bound_is_fresh(setup):
     fake.cluster()
     touch(hb, age_s=50)
     assert run(cfg).returncode == 0 and fake.calls() == []
+    touch(hb, age_s=-50)  # a little ahead (a small step back while lucidd runs): still fresh
+    assert run(cfg).returncode == 0 and fake.calls() == []
 
 
 INBOX_RELEASE = [
@@ -65,17 +67,21 @@ INBOX_RELEASE = [
 ]
 
 
-@pytest.mark.parametrize("heartbeat", ["stale", "missing"])
+@pytest.mark.parametrize("heartbeat", ["stale", "missing", "ahead"])
 def test_stale_or_missing_heartbeat_releases_inbox_jobs_and_opens_the_inbox(setup, heartbeat):
+    """"ahead": dated an hour ahead of the clock (it stepped back since lucidd wrote it; a review:
+    the negative age was never stale, and the inbox stayed DOWN until the clock caught up)."""
     fake, cfg, hb = setup
     fake.cluster(squeue="squeue_inbox.json", partitions="partitions_inbox_down.txt")
     if heartbeat == "stale":
         touch(hb, age_s=3600)
+    if heartbeat == "ahead":
+        touch(hb, age_s=-3600)
     r = run(cfg)
     assert r.returncode == 0, r.stderr
     assert fake.calls() == SNAPSHOT + INBOX_RELEASE
     assert "fail-open" in r.stderr and "set UP" in r.stderr
-    assert ("no heartbeat file" if heartbeat == "missing" else "(> 60 s)") in r.stderr
+    assert {"missing": "no heartbeat file", "stale": "(> 60 s)", "ahead": "ahead of this clock"}[heartbeat] in r.stderr
 
 
 def test_force_acts_despite_a_fresh_heartbeat(setup):
@@ -92,10 +98,12 @@ def test_requeued_profiling_jobs_go_to_their_partition_starting_now(setup):
     fake.cluster(squeue="squeue_requeued.json", partitions="partitions_inbox_down.txt")
     r = run(cfg)
     assert r.returncode == 0, r.stderr
+    # the inbox first (each profiling job is a call of its own: a slow slurmctld must not keep the
+    # inbox DOWN until systemd kills the run), then the requeued jobs
     assert fake.calls() == SNAPSHOT + [
+        ["scontrol", "update", "partitionname=inbox", "state=UP"],
         ["scontrol", "update", "jobid=14", "partition=main", "starttime=now"],
         ["scontrol", "update", "jobid=15", "partition=research", "starttime=now"],
-        ["scontrol", "update", "partitionname=inbox", "state=UP"],
     ]
 
 
@@ -121,10 +129,10 @@ def test_excnodelists_lucidd_set_for_lent_runs_are_cleared(setup, tmp_path):
     r = run(cfg)
     assert r.returncode == 0, r.stderr
     assert fake.calls() == SNAPSHOT + [
+        ["scontrol", "update", "partitionname=inbox", "state=UP"],
         ["scontrol", "update", "jobid=14", "partition=main", "starttime=now", "excnodelist="],
         ["scontrol", "update", "jobid=15", "partition=research", "starttime=now"],
         ["scontrol", "update", "jobid=16", "partition=main", "excnodelist="],
-        ["scontrol", "update", "partitionname=inbox", "state=UP"],
     ]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from lucidd.backends.base import LiveJob
 from lucidd.backends.slurm import parse_job
 
 from .test_decider import NOW, TPROF, decider, inp, lj, rec, reasons  # noqa: F401 (fixture)
@@ -168,6 +169,25 @@ def test_fail_open_sends_a_het_jobs_components_to_their_own_partitions(cluster):
     assert slurm.jobs[70].partition == "main"
     moves = [c[1] for c in slurm.calls if c[0] == "move"]
     assert moves.index((64,)) < moves.index((63,)), moves
+
+
+def test_fail_open_waits_at_most_2_s_for_a_requeue_dated_ahead_of_its_clock(cluster, monkeypatch):  # noqa: F811
+    """A review: the same-second wait before releasing requeued jobs slept until their submit time
+    plus 1 s; one dated an hour ahead of this clock (a step back, slurmctld's host running ahead)
+    made lucidd-failopen sleep an hour, and systemd killed it before it opened the inbox. The inbox
+    is also opened before the profiling partition's jobs are seen to."""
+    import lucidd.live.reconcile as reconcile_mod
+    from lucidd.live.reconcile import open_inbox
+
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False)
+    slurm.jobs[7] = LiveJob(7, partition="profiling", gpus=1, state="PENDING", restart_count=1,
+                            submit_time=int(clock()) + 3600, admin_comment="lucid:partition=main")
+    slept = []
+    monkeypatch.setattr(reconcile_mod.time, "sleep", slept.append)
+    open_inbox(slurm, cfg, "lucidd is dead", clock=clock)
+    assert slept and max(slept) <= 2.0, slept
+    assert slurm.jobs[7].partition == "main" and slurm.inbox_up
+    assert [c[0] for c in slurm.calls].index("partition") < [c[0] for c in slurm.calls].index("move")
 
 
 def test_an_array_whose_first_tasks_run_is_not_flagged_when_only_those_refuse_the_move(cluster):  # noqa: F811
