@@ -467,14 +467,22 @@ def main(argv=None) -> int:
     from .live.reconcile import SlurmDeniesLucidd
 
     if args.once:
+        failed = None
         try:
             ok = daemon.run_once()
         except (SlurmDeniesLucidd, HeartbeatUnwritable) as exc:
-            print(f"lucidd: {exc}", file=sys.stderr)
-            return 2
-        except InstanceLockLost as exc:
-            print(f"lucidd: {exc}", file=sys.stderr)
-            return 3
+            failed = (exc, 2)
+        except InstanceLockLost as exc:  # (another lucidd's jobs: stop() gives nothing back)
+            failed = (exc, 3)
+        finally:
+            if not args.dry_run:
+                # a live cycle closed the inbox and may have started profiling runs: with no lucidd
+                # after it, they would run to their end ahead of every queue and new jobs wait for the
+                # fail-open timer (or for ever where it is not installed yet). Given back as at a stop.
+                daemon.stop("lucidd --once: one cycle, then the jobs given back")
+        if failed is not None:  # the last line: what to fix
+            print(f"lucidd: {failed[0]}", file=sys.stderr)
+            return failed[1]
         return 0 if ok else 1
 
     def on_signal(signum, _frame):

@@ -80,6 +80,29 @@ def test_lucidd_once_exits_2_with_the_fix_when_slurm_refuses_its_moves(tmp_path)
     assert "permission denied" in last.lower() and "LUCIDD_USERS" in last and "Traceback" not in r.stderr
 
 
+def test_a_live_once_gives_the_jobs_back_at_its_end(tmp_path):
+    """A review: a live `lucidd --once` closed the inbox and admitted jobs to profiling, then exited
+    with nobody to requeue them at Tprof or to open the inbox (the fail-open timer may not be
+    installed yet). It now gives them back as at a stop: its last Slurm call opens the inbox."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from .fakeslurm import FakeSlurm, env_without_slurm
+
+    fake = FakeSlurm(tmp_path / "bin").cluster(squeue="squeue_inbox.json", partitions="partitions_inbox_down.txt")
+    cfg = tmp_path / "lucidd.toml"
+    cfg.write_text(f'[slurm]\nbin_dir = "{fake.bin}"\ncommand_timeout_s = 10\n'
+                   f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n'
+                   f'[models]\ndir = "{tmp_path / "models"}"\n')
+    r = subprocess.run([str(Path(sys.executable).with_name("lucidd")), "--config", str(cfg), "--once"],
+                       capture_output=True, text=True, timeout=120, env=env_without_slurm(), stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    updates = [c for c in fake.calls() if c[:2] == ["scontrol", "update"]]
+    assert updates and updates[-1] == ["scontrol", "update", "partitionname=inbox", "state=UP"], updates
+    assert "lucidd --once: one cycle, then the jobs given back" in r.stderr
+
+
 def test_a_shadow_before_the_slurm_conf_changes_still_profiles_virtually(tmp_path, caplog):
     """docs/deploy.md's rollout runs the shadow before the inbox and profiling partitions exist: its
     profiling capacity was 0, so it profiled nothing, and `status` counted 1 ordered job of 15.
