@@ -344,13 +344,15 @@ class Daemon:
         if self.lock_lost:  # another lucidd runs on this database: its jobs, its inbox
             return
         try:
-            self.store.set_meta("stopped_at", f"{self.clock():.3f}")  # `lucidctl status` says STOPPED
-        except StoreError as exc:
-            log.warning("stop: could not record the stop in the database: %s", exc)
-        try:
+            # the jobs first: a database that hangs (paused, its host unreachable) would use up systemd's
+            # TimeoutStopSec before they were given back
             if not self.dry_run:
                 self._give_back(reason)
         finally:
+            try:
+                self.store.set_meta("stopped_at", f"{self.clock():.3f}")  # `lucidctl status` says STOPPED
+            except StoreError as exc:
+                log.warning("stop: could not record the stop in the database: %s", exc)
             self.store.release_instance_lock()
 
     def _give_back(self, reason):
