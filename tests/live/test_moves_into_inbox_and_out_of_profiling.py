@@ -115,17 +115,16 @@ def test_a_requeued_run_found_in_profiling_without_a_record_is_released_not_prof
     assert not any(c[0] == "requeue" for c in slurm.job_calls(50))
 
 
-def _lent_run(tmp_path, **profiler):
-    """Job 40 of research admitted to profiling on lent GPUs (ExcNodeList gpu2, research's node)."""
+def _research_job_after_a_cycle(tmp_path, main_node: NodeGPUs, **profiler):
+    """Job 40 of research after one cycle: research (gpu2) is full with a job waiting there, main's
+    node is `main_node` and nobody waits in main."""
     cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
                             "models": {"dir": str(tmp_path / "models")},
                             "profiler": {"tprof_s": 600, "lend_idle_gpus": True, "skip_when_free": False,
                                          **profiler}})
     clock = Clock()
     slurm = MemSlurm(clock, partitions=("inbox", "profiling", "main", "research"))
-    # gpu1: main's node (idle, nobody waits in main); gpu2: research's node (full, a job waits there)
-    slurm.nodes = {"gpu1": NodeGPUs("gpu1", 8, 0, "IDLE", ("inbox", "profiling", "main")),
-                   "gpu2": NodeGPUs("gpu2", 8, 8, "ALLOCATED", ("inbox", "profiling", "research"))}
+    slurm.nodes = {"gpu1": main_node, "gpu2": NodeGPUs("gpu2", 8, 8, "ALLOCATED", ("inbox", "profiling", "research"))}
     store = Store(cfg.database.url).create()
     rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
     # a job already waiting in research (seen there: lucidd records it as released)
@@ -133,6 +132,14 @@ def _lent_run(tmp_path, **profiler):
                             comment="lucid:noprofile")
     slurm.submit(40, partition="research", gpus=1)
     run_cycles(rec, clock, 10)
+    return cfg, clock, slurm, store, rec
+
+
+def _lent_run(tmp_path, **profiler):
+    """Job 40 of research admitted to profiling on lent GPUs (ExcNodeList gpu2, research's node):
+    gpu1, main's node, is idle."""
+    cfg, clock, slurm, store, rec = _research_job_after_a_cycle(
+        tmp_path, NodeGPUs("gpu1", 8, 0, "IDLE", ("inbox", "profiling", "main")), **profiler)
     j = slurm.jobs[40]
     assert j.partition == "profiling" and j.excluded_nodes == "gpu2", (j.partition, j.excluded_nodes)
     assert store.job(40).lent
@@ -142,20 +149,8 @@ def _lent_run(tmp_path, **profiler):
 def test_gpus_on_a_node_whose_cpus_are_all_taken_are_not_lent(tmp_path):
     """As `_lent_run`, but main's idle GPUs sit on a node a CPU-only job has filled (idle_cpus 0):
     nothing is lent there (a run steered onto it could not start, and waited admitted for hours)."""
-    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
-                            "models": {"dir": str(tmp_path / "models")},
-                            "profiler": {"tprof_s": 600, "lend_idle_gpus": True, "skip_when_free": False,
-                                         "capacity_gpus": 1}})
-    clock = Clock()
-    slurm = MemSlurm(clock, partitions=("inbox", "profiling", "main", "research"))
-    slurm.nodes = {"gpu1": NodeGPUs("gpu1", 8, 0, "ALLOCATED", ("inbox", "profiling", "main"), idle_cpus=0),
-                   "gpu2": NodeGPUs("gpu2", 8, 8, "ALLOCATED", ("inbox", "profiling", "research"))}
-    store = Store(cfg.database.url).create()
-    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
-    slurm.jobs[1] = LiveJob(1, partition="research", gpus=8, submit_time=int(clock()), reason="Resources",
-                            comment="lucid:noprofile")
-    slurm.submit(40, partition="research", gpus=1)
-    run_cycles(rec, clock, 10)
+    _, _, slurm, store, _ = _research_job_after_a_cycle(
+        tmp_path, NodeGPUs("gpu1", 8, 0, "ALLOCATED", ("inbox", "profiling", "main"), idle_cpus=0), capacity_gpus=1)
     assert not store.job(40).lent and not slurm.jobs[40].excluded_nodes, (store.job(40).profile_reason,)
 
 

@@ -56,25 +56,34 @@ def test_a_live_start_right_after_an_orderly_shadow_stop_is_allowed(tmp_path):
     assert live.run_once()
 
 
-def test_lucidd_once_exits_2_with_the_fix_when_slurm_refuses_its_moves(tmp_path):
-    """The command an admin runs: one line naming the user and the fix, exit 2 (systemd does not
-    restart it: RestartPreventExitStatus=2), and the inbox is left alone by a --once check."""
+def _lucidd_once(tmp_path, fake, extra: str = ""):
+    """`lucidd --config FILE --once` as an admin runs it, against the fake Slurm's commands."""
     import subprocess
     import sys
     from pathlib import Path
 
-    from .fakeslurm import FakeSlurm, env_without_slurm
+    from .fakeslurm import env_without_slurm
+
+    cfg = tmp_path / "lucidd.toml"
+    cfg.write_text(f'[slurm]\nbin_dir = "{fake.bin}"\ncommand_timeout_s = 10\n'
+                   f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n{extra}'
+                   f'[models]\ndir = "{tmp_path / "models"}"\n')
+    return subprocess.run([str(Path(sys.executable).with_name("lucidd")), "--config", str(cfg), "--once"],
+                          capture_output=True, text=True, timeout=120, env=env_without_slurm(), stdin=subprocess.DEVNULL)
+
+
+def test_lucidd_once_exits_2_with_the_fix_when_slurm_refuses_its_moves(tmp_path):
+    """The command an admin runs: one line naming the user and the fix, exit 2 (systemd does not
+    restart it: RestartPreventExitStatus=2), and the inbox is left alone by a --once check."""
+    from pathlib import Path
+
+    from .fakeslurm import FakeSlurm
 
     fake = FakeSlurm(tmp_path / "bin").cluster(squeue="squeue_inbox.json")
     fake.script("scontrol", 'if [ "$1" = "-o" ]; then cat ' + str(Path(__file__).parent / "data" /
                                                                    "partitions_inbox_down.txt") + "; exit 0; fi\n"
                 'case "$*" in *partition=*) echo "Access/permission denied for job" >&2; exit 1;; esac\nexit 0')
-    cfg = tmp_path / "lucidd.toml"
-    cfg.write_text(f'[slurm]\nbin_dir = "{fake.bin}"\ncommand_timeout_s = 10\n'
-                   f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n[profiler]\nenabled = false\n'
-                   f'[models]\ndir = "{tmp_path / "models"}"\n')
-    r = subprocess.run([str(Path(sys.executable).with_name("lucidd")), "--config", str(cfg), "--once"],
-                       capture_output=True, text=True, timeout=120, env=env_without_slurm(), stdin=subprocess.DEVNULL)
+    r = _lucidd_once(tmp_path, fake, "[profiler]\nenabled = false\n")
     assert r.returncode == 2, (r.returncode, r.stderr)
     last = r.stderr.strip().splitlines()[-1]
     assert "permission denied" in last.lower() and "LUCIDD_USERS" in last and "Traceback" not in r.stderr
@@ -84,19 +93,10 @@ def test_a_live_once_gives_the_jobs_back_at_its_end(tmp_path):
     """A review: a live `lucidd --once` closed the inbox and admitted jobs to profiling, then exited
     with nobody to requeue them at Tprof or to open the inbox (the fail-open timer may not be
     installed yet). It now gives them back as at a stop: its last Slurm call opens the inbox."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from .fakeslurm import FakeSlurm, env_without_slurm
+    from .fakeslurm import FakeSlurm
 
     fake = FakeSlurm(tmp_path / "bin").cluster(squeue="squeue_inbox.json", partitions="partitions_inbox_down.txt")
-    cfg = tmp_path / "lucidd.toml"
-    cfg.write_text(f'[slurm]\nbin_dir = "{fake.bin}"\ncommand_timeout_s = 10\n'
-                   f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n'
-                   f'[models]\ndir = "{tmp_path / "models"}"\n')
-    r = subprocess.run([str(Path(sys.executable).with_name("lucidd")), "--config", str(cfg), "--once"],
-                       capture_output=True, text=True, timeout=120, env=env_without_slurm(), stdin=subprocess.DEVNULL)
+    r = _lucidd_once(tmp_path, fake)
     assert r.returncode == 0, r.stderr
     updates = [c for c in fake.calls() if c[:2] == ["scontrol", "update"]]
     assert updates and updates[-1] == ["scontrol", "update", "partitionname=inbox", "state=UP"], updates

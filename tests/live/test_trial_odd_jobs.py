@@ -138,24 +138,21 @@ def test_a_het_job_whose_components_ask_for_different_partitions_runs_in_each(cl
     assert store.job(63).phase == "released" and store.job(64) is None
 
 
-def test_a_het_job_waits_in_the_inbox_when_its_components_move_fails_for_now(cluster):  # noqa: F811
-    from lucidd.backends.base import BackendError  # noqa: F401 (the fake raises it)
-
+@pytest.mark.parametrize("error,transient,first,then", [
+    # for now (Slurm slow): the whole job waits in the DOWN inbox, and goes where it asked at the next cycle
+    ("Socket timed out on send/recv operation", True, ("inbox", "inbox"), ("main", "research")),
+    # for good: it goes whole to the leader's partition, as Slurm moves it
+    ("Invalid partition name specified", False, ("main", "main"), ("main", "main")),
+])
+def test_a_het_job_whose_components_move_is_refused(cluster, error, transient, first, then):  # noqa: F811
     cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False)
     rec_ = lucidd()
     _het_in_two_partitions(slurm)
-    slurm.fail[("move", 64)] = ("Socket timed out on send/recv operation", True, False)
+    slurm.fail[("move", 64)] = (error, transient, False)
     run_cycles(rec_, clock, 10)
-    assert slurm.jobs[63].partition == "inbox" and slurm.jobs[64].partition == "inbox"
-    run_cycles(rec_, clock, 10)  # the next cycle: both where they asked to be
-    assert slurm.jobs[63].partition == "main" and slurm.jobs[64].partition == "research"
-    # refused for good (not transient): the job goes whole to the leader's partition, as Slurm moves it
-    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False)
-    rec_ = lucidd()
-    _het_in_two_partitions(slurm)
-    slurm.fail[("move", 64)] = ("Invalid partition name specified", False, False)
+    assert (slurm.jobs[63].partition, slurm.jobs[64].partition) == first
     run_cycles(rec_, clock, 10)
-    assert slurm.jobs[63].partition == "main" and slurm.jobs[64].partition == "main"
+    assert (slurm.jobs[63].partition, slurm.jobs[64].partition) == then
 
 
 def test_fail_open_sends_a_het_jobs_components_to_their_own_partitions(cluster):  # noqa: F811
