@@ -1385,7 +1385,8 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time, released:
     # alone (`jobid=L+0`): by its plain id a leader takes every component to its own partition (seen
     # on 22.05), and one moved first, the components' moves would be undone
     waiting = [j for j in snap.jobs if j.partition == s.inbox_partition and j.pending]
-    split = {j.het_job_id for j in waiting if j.het_component} & {j.job_id for j in waiting}
+    # (a component pending anywhere: lucidd may have sent it on and died before its leader's move)
+    split = {j.het_job_id for j in snap.jobs if j.het_component and j.pending} & {j.job_id for j in waiting}
     by_target = {}
     for j in waiting:
         kind = 0 if j.het_component else 2 if j.job_id in split else 1

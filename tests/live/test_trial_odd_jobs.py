@@ -166,6 +166,12 @@ def test_fail_open_sends_a_het_jobs_components_to_their_own_partitions(cluster):
     assert slurm.jobs[70].partition == "main"
     moves = [c[1] for c in slurm.calls if c[0] == "move"]
     assert moves.index((64,)) < moves.index((63,)), moves
+    # lucidd died between sending the component on and moving its leader: the leader moves alone
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False)
+    _het_in_two_partitions(slurm)
+    slurm.jobs[64].partition = "research"
+    open_inbox(slurm, cfg, "lucidd is dead")
+    assert slurm.jobs[63].partition == "main" and slurm.jobs[64].partition == "research"
 
 
 def test_fail_open_waits_at_most_2_s_for_a_requeue_dated_ahead_of_its_clock(cluster, monkeypatch):  # noqa: F811
