@@ -440,6 +440,14 @@ class Store:
             return
         try:
             if hasattr(lock, "invalidate"):
+                # unlocked first: the server ends an invalidated connection's session (and its lock) a
+                # moment after the client closes it, and a lucidd started at once found the lock still
+                # held (seen in CI on a loaded machine)
+                try:
+                    lock.exec_driver_sql(f"SELECT pg_advisory_unlock({_INSTANCE_LOCK_KEY}, hashtext(current_schema()))")
+                    lock.commit()
+                except Exception:  # noqa: BLE001 - a session already gone has released its lock too
+                    pass
                 # closed, a pooled connection would go back to the pool with its session, and the lock
                 lock.invalidate()
             lock.close()  # a file's lock goes with it
