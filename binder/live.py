@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from lucidd.backends.base import partition_names
+
 from .pairing import JUMBO, MEDIUM, SCORE_NAMES, TINY
 from .speeds import time_sliced_pair_speed
 # Slurm's pending reasons that mean a job waits for GPUs (for a higher-priority job that does).
@@ -194,7 +196,7 @@ def shard_decision(job, partition: str, profile, wanting: dict, cfg: LivePacking
     blocked = blocked or limit_blocker(estimate_s, getattr(job, "time_limit_s", None), cfg, estimate_source)
     if blocked is not None:
         return OWN, f"a GPU of its own: {blocked}"
-    parts = [p for p in (partition or "").split(",") if p]
+    parts = partition_names(partition)
     waiter = next((wanting[p] for p in parts if p in wanting), None)
     if waiter is None:
         return OWN, (f"a GPU of its own: {why}, but nobody waits for GPUs in {partition} (lazy packing: "

@@ -29,6 +29,7 @@ from datetime import datetime
 
 import pandas as pd
 
+from lucidd.backends.base import partition_names
 from lucidd.jobs import Job, within_limit
 from lucidd.live.reconcile import (NOT_ESTIMATED, PARTITION_GPU_NODES_KEY, Decider, DecisionInput, Plan,
                                    estimate_explanation, packing_explanation, partition_gpu_memory)
@@ -60,7 +61,7 @@ def partition_node_gpus(node_gpus: dict, partition: str | None) -> int:
     """The most GPUs on one node of `partition`, or of any partition of a list (`-p main,research`:
     its job may run in either; keyed by the whole list it found none, and a wide job asking so
     started starving 4x later)."""
-    return max((node_gpus.get(p, 0) for p in (partition or "").split(",")), default=0)
+    return max((node_gpus.get(p, 0) for p in partition_names(partition)), default=0)
 
 
 def starvation_divisor(cfg: LucidConfig, job: Job, node_gpus: int) -> int:
@@ -406,7 +407,7 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
             why = (f"asks for {j.gpus} GPUs > {p.max_job_share:g} x the profiling capacity ({cap0} GPUs): "
                    "it would hold profiling for every job behind it")
         # a list of partitions (`-p main,research`): Slurm starts it in whichever has room
-        targets = (r.target_partition or "").split(",") if r is not None else ()
+        targets = partition_names(r.target_partition) if r is not None else ()
         if (why is None and queued is not None and r is not None and not sum(queued.get(t, 0) for t in targets)
                 and (free is None or max((free.get(t, 0) for t in targets), default=0) >= j.gpus)):
             # Each job of a cycle is judged against the GPUs free at its start, not what the others

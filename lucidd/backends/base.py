@@ -43,6 +43,13 @@ ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", 
                            "STAGE_OUT"})
 
 
+def partition_names(partitions: str | None) -> list:
+    """The partitions of a Slurm partition list: `sbatch -p main,research` waits in both, and
+    squeue shows such a pending job's partition as "main,research" (a dict keyed by that string
+    matched no partition of any node)."""
+    return [p for p in (partitions or "").split(",") if p]
+
+
 def never_ran(start: int | None, end: int | None, nodes) -> bool:
     """Whether a finished job's record is of a run that never happened. Slurm gives a job that ended
     before it was given nodes a start equal to its end and no nodes: cancelled (or past its

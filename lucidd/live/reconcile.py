@@ -34,7 +34,7 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
-from ..backends.base import Backend, BackendError, ClusterSnapshot, LiveJob, never_ran
+from ..backends.base import Backend, BackendError, ClusterSnapshot, LiveJob, never_ran, partition_names
 from ..errors import ConfigError, LucidError
 from .store import CycleRow, JobRow, Store, StoreError
 
@@ -472,9 +472,8 @@ class Reconciler:
         prof_gpus = sum(n.gpus for n in snap.nodes.values() if n.name in self._profiles_on and n.usable)
         queued = {}
         for j in waiting:
-            for part in (j.partition or "").split(","):  # `-p main,research` waits in each
-                if part:
-                    queued[part] = queued.get(part, 0) + 1
+            for part in partition_names(j.partition):  # `-p main,research` waits in each
+                queued[part] = queued.get(part, 0) + 1
         free, node_gpus = {}, {}
         for n in snap.nodes.values():
             for part in n.partitions:
@@ -620,11 +619,10 @@ class Reconciler:
             if not j.held and not j.dependency and not (j.waits_for_begin_time and j.restart_count == 0):
                 r = records.get(j.job_id)
                 waited = max(0, now - (r.original_submit if r is not None else j.submit_time))
-                # `-p main,research`: Slurm shows "main,research", and the job wants GPUs in each (keyed
-                # by the whole list, no node's partition matched it: a kept lent run was never reclaimed)
-                for part in (j.partition or "").split(","):
-                    if part:
-                        wants[part] = max(wants.get(part, 0), waited)
+                # `-p main,research`: the job wants GPUs in each (keyed by the whole list, no node's
+                # partition matched it: a kept lent run was never reclaimed)
+                for part in partition_names(j.partition):
+                    wants[part] = max(wants.get(part, 0), waited)
         gpus = most = 0
         others, busy, node_wait = [], set(), {}
         for name, n in sorted(snap.nodes.items()):
