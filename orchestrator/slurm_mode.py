@@ -90,7 +90,7 @@ class _Partition:
         self.dirty = False
         # (original submission, seq, job) of every job enqueued here, the started ones dropped lazily:
         # the oldest pending submission in O(log n), read at every event while lent runs are kept
-        # ([profiler] keep_lent_while_idle; a scan of whole Philly's queues there cost 20 % of the replay)
+        # ([profiler] keep_lent_while_idle), where a scan of the queue was O(n) per event
         self._by_submission = []
 
     def enqueue(self, job):

@@ -294,8 +294,12 @@ def config_from_dict(raw: dict, path: str | None = None, lenient: list | None = 
                 values[k] = default
         sections[section] = values
     s = sections["slurm"]
+
+    def not_one_name(name):
+        return not name or any(c.isspace() or c in ",=" for c in name)
+
     for key in ("inbox_partition", "profiling_partition", "default_partition"):
-        if not s[key] or any(c.isspace() or c in ",=" for c in s[key]):
+        if not_one_name(s[key]):
             raise ConfigError(f"[slurm] {key}: must be a partition name, got {s[key]!r}")
     if s["inbox_partition"] == s["profiling_partition"]:
         raise ConfigError("[slurm] profiling_partition: must differ from inbox_partition")
@@ -307,7 +311,7 @@ def config_from_dict(raw: dict, path: str | None = None, lenient: list | None = 
              ("profiler", "exempt_partitions", sections["profiler"]["exempt_partitions"])]
     for section, key, names in lists:
         for name in names:
-            if not name or any(c.isspace() or c in ",=" for c in name):
+            if not_one_name(name):
                 raise ConfigError(f"[{section}] {key}: each entry must be one partition name, got {name!r}"
                                   + (" (give them as separate entries)" if "," in name else ""))
     own = [n for n in s["managed_partitions"] if n in (s["inbox_partition"], s["profiling_partition"])]
