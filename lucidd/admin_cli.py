@@ -237,20 +237,26 @@ def _samplers(store, now) -> dict:
 def queue_data(cfg, store, users=None) -> dict:
     """`users`: a set of user names to keep (None: everyone). Ranks are counted over all jobs, as
     Slurm orders them, so a user sees where their job really stands."""
+    from .backends.base import next_rank
     from .live.reconcile import RANK_PREFIX
 
     jobs = store.open_jobs()
     # a profiled job waiting in its partition again has a start time: its profiling run's
     waiting = [r for r in jobs.values()
                if r.phase == "released" and not r.started_in_partition(cfg.slurm.profiling_partition)]
-    waiting.sort(key=lambda r: (r.target_partition, -(r.site_factor or 0), r.job_id))
     # Ranks as of now: the rank saved with a SiteFactor is that of the cycle that set the value (a
-    # value is written only when it changes), and jobs ahead of it have started since.
-    pending, by_part = [], {}
+    # value is written only when it changes), and jobs ahead of it have started since. Counted in
+    # priority order across partitions: a job of `-p main,research` takes a place in both.
+    ranks, by_part = {}, {}
+    for r in sorted(waiting, key=lambda r: (-(r.site_factor or 0), r.job_id)):
+        if r.site_factor is not None:
+            ranks[r.job_id] = next_rank(by_part, r.target_partition)[0]
+    waiting.sort(key=lambda r: (r.target_partition, -(r.site_factor or 0), r.job_id))
+    pending = []
     for r in waiting:
         b = _brief(r)
         if r.site_factor is not None:
-            b["rank"] = by_part[r.target_partition] = by_part.get(r.target_partition, 0) + 1
+            b["rank"] = ranks[r.job_id]
             b["reason"] = RANK_PREFIX.sub("", b["reason"] or "")
         pending.append(b)
     d = {

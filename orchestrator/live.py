@@ -29,7 +29,7 @@ from datetime import datetime
 
 import pandas as pd
 
-from lucidd.backends.base import partition_names
+from lucidd.backends.base import next_rank, partition_names
 from lucidd.jobs import Job, within_limit
 from lucidd.live.reconcile import (NOT_ESTIMATED, PARTITION_GPU_NODES_KEY, Decider, DecisionInput, Plan,
                                    estimate_explanation, packing_explanation, partition_gpu_memory)
@@ -55,6 +55,14 @@ def live_job(j, record) -> Job:
     if record is not None and record.estimate_s and getattr(record, "estimate_source", None) != "default":
         job.estimate = float(record.estimate_s)
     return job
+
+
+def model_partition(partition: str | None) -> str | None:
+    """The partition the duration model is given for a job: the first of a list. Its history names
+    the one partition each job ran in (sacct's), so a pending `-p main,research`, given as the whole
+    list, was a VC the model had never seen and its same-VC history features found nothing."""
+    names = partition_names(partition)
+    return names[0] if names else partition
 
 
 def partition_node_gpus(node_gpus: dict, partition: str | None) -> int:
@@ -489,7 +497,8 @@ def explain_live_estimate(cfg, store, record, since: int | None = None) -> dict:
 
     submitted = int(record.original_submit or record.first_seen or 0)
     job = pd.DataFrame({"job_id": [str(record.job_id)], "submit_time": [submitted], "gpu_num": [int(record.gpus)],
-                        "user": [record.user], "vc": [record.target_partition], "name": [record.name]})
+                        "user": [record.user], "vc": [model_partition(record.target_partition)],
+                        "name": [record.name]})
     if since is None:  # the estimate is made when the job first waits in its partition: its release
         since = int(record.released_at or record.first_seen or submitted) - cfg.models.history_days * 86400
     try:
@@ -630,7 +639,7 @@ class LiveEstimator:
         frame = pd.DataFrame({"job_id": [str(j.job_id) for j in jobs],
                               "submit_time": [int(j.attrs.get("submitted", j.submit_time)) for j in jobs],
                               "gpu_num": [j.gpu_num for j in jobs], "user": [j.user for j in jobs],
-                              "vc": [j.vc for j in jobs], "name": [j.name for j in jobs]})
+                              "vc": [model_partition(j.vc) for j in jobs], "name": [j.name for j in jobs]})
         with self._lock:
             hist = self._history
         loaded = None
@@ -798,7 +807,7 @@ class LucidDecider(Decider):
         scored.sort(key=lambda t: (-t[0], t[2].seq))
         by_part = {}
         for value, starving, j in scored:
-            rank = by_part[j.vc] = by_part.get(j.vc, 0) + 1
+            rank, rank_part = next_rank(by_part, j.vc)
             if starving:  # the job's own threshold, worked out only for the jobs it concerns
                 hs = self.policy.config.starving_halflife_s
                 k = starvation_divisor(self.policy.config, j, partition_node_gpus(node_gpus, j.vc))
@@ -812,7 +821,7 @@ class LucidDecider(Decider):
                 why = self.policy.priority_text(j, now)
             est = (f"estimate {j.estimate:,.0f} s, capped at the job's time limit" if j.job_id in capped
                    else f"estimate {j.estimate:,.0f} s")
-            plan.site_factors[j.job_id] = (value, rank, f"rank {rank} in {j.vc}: {why} ({est}); SiteFactor {value}")
+            plan.site_factors[j.job_id] = (value, rank, f"rank {rank} in {rank_part}: {why} ({est}); SiteFactor {value}")
 
     # -- record / replay ----------------------------------------------------------------------------
     def record(self, inp: DecisionInput, plan: Plan) -> dict:

@@ -50,6 +50,19 @@ def partition_names(partitions: str | None) -> list:
     return [p for p in (partitions or "").split(",") if p]
 
 
+def next_rank(counts: dict, partitions: str | None) -> tuple[int, str]:
+    """The queue rank of the next job in priority order that waits in `partitions`, counted in
+    `counts` (partition -> jobs ranked there so far, updated): a job of `-p main,research` takes a
+    place in each, and its rank is its best one, with that partition. Counted per whole list string,
+    a list job ranked among list jobs only (1st in "main,research" while 9 jobs of main were ahead)."""
+    best = None
+    for part in partition_names(partitions) or [partitions or ""]:
+        counts[part] = counts.get(part, 0) + 1
+        if best is None or counts[part] < best[0]:
+            best = (counts[part], part)
+    return best
+
+
 def never_ran(start: int | None, end: int | None, nodes) -> bool:
     """Whether a finished job's record is of a run that never happened. Slurm gives a job that ended
     before it was given nodes a start equal to its end and no nodes: cancelled (or past its

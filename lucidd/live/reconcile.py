@@ -387,12 +387,14 @@ class Reconciler:
             self._save(records[jid] for jid in new_ids)
             changed = {}
         # lucidd's SiteFactors of the jobs still waiting, per partition: to see whether Slurm started
-        # a job ahead of others lucidd ranked higher (shadow mode's comparison; also kept live)
+        # a job ahead of others lucidd ranked higher (shadow mode's comparison; also kept live). A job
+        # of `-p main,research` waits in both: it is overtaken by a start in either.
         waiting_factors = {}
         for jid, r in records.items():
             j = seen.get(jid)
             if j is not None and j.pending and r.site_factor is not None:
-                waiting_factors.setdefault(r.target_partition, []).append(r.site_factor)
+                for part in partition_names(r.target_partition):
+                    waiting_factors.setdefault(part, []).append(r.site_factor)
         for jid, r in list(records.items()):
             j = seen.get(jid)
             if j is None or j.ended:
@@ -418,7 +420,7 @@ class Reconciler:
             if j.start_time and r.start_time != j.start_time and j.active and not ending:
                 if (not r.started_in_partition(self.profiling) and r.site_factor is not None
                         and j.partition in r.target_partition.split(",")):
-                    r.started_ahead_of = sum(1 for v in waiting_factors.get(r.target_partition, ())
+                    r.started_ahead_of = sum(1 for v in waiting_factors.get(j.partition, ())
                                              if v > r.site_factor)
                 if j.partition == self.profiling and r.profile_start is None:
                     r.profile_start = j.start_time

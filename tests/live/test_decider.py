@@ -614,6 +614,17 @@ def test_ranks_are_per_partition(decider):
     assert ranks == {3: 1, 1: 2, 2: 1, 4: 2}
 
 
+def test_a_job_of_a_partition_list_takes_a_rank_in_each_of_its_partitions(decider):
+    """squeue shows `-p main,research` pending as "main,research": ranked under that string, the list
+    job was 1st among list jobs while a main job it was ahead of was told "rank 1 in main" too."""
+    plan, _, _ = decide_waiting(decider, [(1, 1, 100.0, NOW, "main"), (2, 1, 50.0, NOW, "main,research"),
+                                          (3, 1, 10.0, NOW, "research"), (4, 1, 500.0, NOW, "main")])
+    ranks = {jid: rank for jid, (_, rank, _) in plan.site_factors.items()}
+    assert ranks == {3: 1, 2: 1, 1: 2, 4: 3}
+    assert plan.site_factors[2][2].startswith("rank 1 in main: ")  # its best place (2nd in research)
+    assert plan.site_factors[1][2].startswith("rank 2 in main: ")
+
+
 def test_order_equals_lucid_policy_pending_key(aged_decider):
     decider = aged_decider
     rng = random.Random(7)

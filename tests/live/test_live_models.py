@@ -45,6 +45,11 @@ def test_background_refit_records_a_version_and_estimates_use_it(tmp_path):
     est, src = after[9001]
     assert src.startswith("ebm") and src.endswith(f":v{versions[0].version}")
     assert 60 < est < 5000
+    # a job asking for `-p main,research` is estimated as one of main, where its like ran (sacct
+    # names the partition a job ran in; the whole list was a VC the model had never seen)
+    listed = d.estimator.estimate([live_job(LiveJob(9002, user="u3", gpus=2, submit_time=NOW,
+                                                    partition="main,research"), None)])
+    assert listed[9002] == (est, src)
     # not due again right away: a second call starts no new fit
     d.background(store, NOW + 60)
     d._refit_thread.join(60)

@@ -8,6 +8,8 @@ never recorded, and a partition that does not exist.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from lucidd.live.config import config_from_dict
@@ -287,6 +289,28 @@ def test_queue_ranks_are_those_of_now_not_of_when_the_site_factor_was_set(cluste
     (only,) = queue_data(cfg, store)["pending"]
     assert only["job_id"] == 3 and only["rank"] == 1
     assert not only["reason"].startswith("rank ")  # the saved "rank 3 in main: ..." is not repeated
+
+
+def test_a_job_of_a_partition_list_ranks_and_is_overtaken_in_each_of_its_partitions(cluster):
+    """A review: `-p main,research` is "main,research" to squeue, and queue ranks and status' order
+    agreement were counted per that string: the list job and the main job behind it were both #1,
+    and a main job started ahead of the list job was counted as started in order."""
+    from lucidd.admin_cli import queue_data
+
+    cfg, clock, slurm, store, lucidd = cluster(enabled=False)
+    slurm.partitions.append("research")
+    for name, node in slurm.nodes.items():
+        slurm.nodes[name] = replace(node, used=node.gpus, partitions=(*node.partitions, "research"))  # full
+    rec = lucidd()
+    for jid, gpus, part in ((1, 2, "main"), (2, 1, "main,research"), (3, 4, "research")):
+        slurm.submit(jid, partition=part, gpus=gpus)
+    run_cycles(rec, clock, 30)
+    assert slurm.jobs[2].partition == "main,research"
+    ranks = {r["job_id"]: r["rank"] for r in queue_data(cfg, store)["pending"]}
+    assert ranks == {2: 1, 1: 2, 3: 2}  # fewest GPUs first; the list job is ahead in both partitions
+    slurm.start(1)
+    run_cycles(rec, clock, 10)
+    assert store.job(1).partition_ran == "main" and store.job(1).started_ahead_of == 1
 
 
 def test_queue_text_prints_a_job_whose_user_lucidd_does_not_know():
