@@ -275,7 +275,15 @@ class JobGpuProfile:
     gpu_util_sum: float = 0.0
     gmem_util_sum: float = 0.0
     gmem_max_mib: float | None = None
+    # a reading in which NVML could not tell one of its processes' memory: the most it held is then
+    # unknown for the run (the known part alone under-counts it, and packing would trust that figure)
+    gmem_unknown: bool = False
     gpus: set = field(default_factory=set)
+
+    @property
+    def gmem_mib(self) -> float | None:
+        """The most memory the run held on one GPU, None when NVML could not always tell."""
+        return None if self.gmem_unknown else self.gmem_max_mib
 
     @property
     def gpu_util(self) -> float | None:
@@ -374,25 +382,35 @@ class Sampler:
         """Take one reading at `now`; returns how many jobs had a process on a GPU."""
         readings = read_gpus(self.nvml, self.errors, self.lost)
         owner_cache: dict[int, tuple[int | None, str]] = {}
-        seen: set = set()
         for g in readings:
-            jobs_here: dict[tuple[int, str], float | None] = {}  # job -> bytes on this GPU
-            for pid, used in g.processes.items():
+            for pid in g.processes:
                 if pid not in owner_cache:
                     owner_cache[pid] = job_of_pid(pid, self.proc_dir)
-                job, partition = owner_cache[pid]
+        run_of = self._runs(owner_cache)
+        seen: set = set()
+        for g in readings:
+            # by job, not by process: a job's processes on one GPU are one user of it (a helper whose
+            # environment was cleared, `apptainer --cleanenv`, has no SLURM_JOB_PARTITION; keyed apart,
+            # the job looked like two sharing the GPU, and its memory was split between two rows)
+            jobs_here: dict[tuple[int, str], list] = {}  # run -> [bytes on this GPU, some unknown]
+            for pid, used in g.processes.items():
+                job = owner_cache[pid][0]
                 if job is None:
                     continue
-                key = (job, partition)
-                prev = jobs_here.get(key)
-                jobs_here[key] = used if prev is None else prev + (used or 0)
-            for key, used in jobs_here.items():
+                held = jobs_here.setdefault(run_of[job], [0, False])
+                if used is None:
+                    held[1] = True
+                else:
+                    held[0] += used
+            for key, (used, unknown) in jobs_here.items():
                 prof = self.profiles.get(key)
                 if prof is None:
                     prof = self.profiles[key] = JobGpuProfile(key[0], key[1], self.node, now, now)
                 prof.last_t = now
                 prof.gpus.add(g.index)
-                if used is not None:
+                if unknown:
+                    prof.gmem_unknown = True
+                else:
                     mib = used / MIB
                     prof.gmem_max_mib = mib if prof.gmem_max_mib is None else max(prof.gmem_max_mib, mib)
                 if len(jobs_here) == 1 and g.gpu_util is not None and g.gmem_util is not None:
@@ -404,6 +422,23 @@ class Sampler:
         for key in seen:
             self.profiles[key].samples += 1
         return len({k[0] for k in seen})
+
+    def _runs(self, owners: dict) -> dict:
+        """job id -> the run (job, partition) its processes in this reading belong to: the partition
+        any of them names (SLURM_JOB_PARTITION), else the one of the job's run seen last on this node
+        (a reading in which only a helper without it held a GPU), else ""."""
+        named: dict[int, set] = {}
+        for job, partition in owners.values():
+            if job is not None:
+                named.setdefault(job, set()).update([partition] if partition else [])
+        out = {}
+        for job, parts in named.items():
+            if parts:
+                out[job] = (job, min(parts))  # several: an inherited environment; one, stable, choice
+                continue
+            known = [p for p in self.profiles.values() if p.job_id == job and p.partition]
+            out[job] = (job, max(known, key=lambda p: p.last_t).partition if known else "")
+        return out
 
     def take_changes(self) -> list[JobGpuProfile]:
         """The profiles changed since the last call (to write), oldest first."""

@@ -19,6 +19,7 @@ from profiler.nvml_sampler import Sampler, SamplerError, load_nvml
 
 log = logging.getLogger("lucidd.sampler")
 HEARTBEAT_S = 60.0  # the shortest time between two heartbeats (store.GpuNodeRow)
+DATABASE_TIMEOUT_S = 10.0  # the longest a write waits to connect (two writes a step, WatchdogSec=120s)
 
 
 def node_name(cfg) -> str:
@@ -104,8 +105,11 @@ class SamplerService:
         if now - self.last_flush >= self.cfg.sampler.flush_s:
             ok = self.flush(now)
             self.last_flush = now
-        # at most once a minute: a thousand nodes at the default flush_s would write 33 rows a second
-        if now - self.last_heartbeat >= max(self.cfg.sampler.flush_s, HEARTBEAT_S):
+            # each write can take the whole database timeout: systemd hears from the sampler between them
+            self.notifier.watchdog()
+        # at most once a minute: a thousand nodes at the default flush_s would write 33 rows a second;
+        # not right after a failed flush (the database is away: the next step tries it)
+        if ok and now - self.last_heartbeat >= max(self.cfg.sampler.flush_s, HEARTBEAT_S):
             ok = self.heartbeat(now) and ok
             self.last_heartbeat = now
         if now - self.last_prune >= 3600:
@@ -149,7 +153,9 @@ def main(argv=None) -> int:
     if cfg is None:
         return 2
     try:
-        store = Store(cfg.database.url, connect_timeout_s=cfg.slurm.command_timeout_s)
+        # its own bound, not [slurm] command_timeout_s (up to 600 s): a step's writes must end well
+        # inside the unit's WatchdogSec=120s, or systemd kills it with the figures it kept in memory
+        store = Store(cfg.database.url, connect_timeout_s=min(cfg.slurm.command_timeout_s, DATABASE_TIMEOUT_S))
     except StoreError as exc:  # a URL that cannot work (no driver, malformed)
         print(f"lucidd-sampler: {exc}", file=sys.stderr)
         return 2
@@ -173,7 +179,7 @@ def main(argv=None) -> int:
             for prof in service.sampler.profiles.values():
                 print(f"job {prof.job_id} ({prof.partition or '?'}) on {prof.node} GPUs {sorted(prof.gpus)}: "
                       f"gpu_util {_pct(prof.gpu_util)}, gmem_util {_pct(prof.gmem_util)}, gmem "
-                      f"{'?' if prof.gmem_max_mib is None else f'{prof.gmem_max_mib:,.0f} MiB'}")
+                      f"{'?' if prof.gmem_mib is None else f'{prof.gmem_mib:,.0f} MiB'}")
             return 0 if ok else 1
         finally:
             service.sampler.stop()

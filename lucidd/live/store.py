@@ -163,6 +163,16 @@ class GpuProfileRow(Base):
     gpus: Mapped[str] = mapped_column(Text, default="")  # NVML indices, "0,1"
 
 
+def _combine_gpu_profile(row: GpuProfileRow, old: GpuProfileRow) -> None:
+    """`row`, a sampler's new figures for a run, made to keep what the run's stored `old` row knew."""
+    row.first_t, row.last_t = min(row.first_t, old.first_t), max(row.last_t, old.last_t)
+    row.gmem_mib = None if row.gmem_mib is None or old.gmem_mib is None else max(row.gmem_mib, old.gmem_mib)
+    if (old.util_samples or 0) > row.util_samples:
+        row.util_samples, row.gpu_util, row.gmem_util = old.util_samples, old.gpu_util, old.gmem_util
+    row.samples = max(row.samples, old.samples or 0)
+    row.gpus = ",".join(sorted({g for g in (row.gpus + "," + (old.gpus or "")).split(",") if g}, key=int))
+
+
 class GpuNodeRow(Base):
     """One GPU node as its NVML sampler last said, every `[sampler] flush_s` or at least every minute:
     its sampler's heartbeat, and its GPUs' memory (GPU packing takes the smallest of a partition's
@@ -755,14 +765,24 @@ class Store:
         return {r.node: r for r in rows}
 
     def save_gpu_profiles(self, profiles):
-        """Upsert the sampler's per-run figures (profiler.nvml_sampler.JobGpuProfile)."""
+        """Upsert the sampler's per-run figures (profiler.nvml_sampler.JobGpuProfile), combined with
+        the run's row when it has one: the sampler forgets a run it has not seen for a while (a CPU
+        phase, a gap between two scripts of one job) and starts it afresh when it comes back, so a
+        plain overwrite lost the memory peak packing relies on (a review: 20,480 MiB replaced by
+        2,048 MiB, and the job let share a 24 GiB GPU). The peak is the larger of the two (unknown if
+        either is), the utilisation figures those of the longer record, the GPUs both's. Written again
+        with the same or newer figures, a row stays as a plain upsert leaves it."""
         with self.session() as s:
             for p in profiles:
-                s.merge(GpuProfileRow(
+                row = GpuProfileRow(
                     job_id=int(p.job_id), partition=p.partition[:200], node=p.node[:200], first_t=int(p.first_t),
                     last_t=int(p.last_t), samples=int(p.samples), util_samples=int(p.util_samples),
-                    gpu_util=p.gpu_util, gmem_util=p.gmem_util, gmem_mib=p.gmem_max_mib,
-                    gpus=",".join(str(i) for i in sorted(p.gpus))))
+                    gpu_util=p.gpu_util, gmem_util=p.gmem_util, gmem_mib=getattr(p, "gmem_mib", p.gmem_max_mib),
+                    gpus=",".join(str(i) for i in sorted(p.gpus)))
+                old = s.get(GpuProfileRow, (row.job_id, row.partition, row.node))
+                if old is not None:
+                    _combine_gpu_profile(row, old)
+                s.merge(row)
 
     def gpu_profiles(self, job_id) -> list:
         with self.session() as s:
@@ -773,17 +793,22 @@ class Store:
         """job_id -> the NVML figures of its run in `partition` (the profiling partition): the row
         with the most utilisation readings when it ran on several nodes or restarted there."""
         ids = [int(j) for j in job_ids]
-        out = {}
+        out, rows = {}, {}
         if not ids:
             return out
         with self.session() as s:
             for k in range(0, len(ids), 500):
                 for row in s.scalars(select(GpuProfileRow).where(GpuProfileRow.job_id.in_(ids[k:k + 500]),
                                                                  GpuProfileRow.partition == partition)):
-                    best = out.get(row.job_id)
-                    if best is None or (row.util_samples or 0) > (best.util_samples or 0):
-                        out[row.job_id] = row
-                s.expunge_all()
+                    rows.setdefault(row.job_id, []).append(row)
+                s.expunge_all()  # detached: what is set below is never written back
+        for job_id, runs in rows.items():
+            best = max(runs, key=lambda r: r.util_samples or 0)  # the first of the most, in row order
+            # the memory of every row: a run restarted on another node held as much there (a review
+            # found a 20,480 MiB row passed over for a longer one of 3,000 MiB); unknown in one, unknown
+            mems = [r.gmem_mib for r in runs]
+            best.gmem_mib = None if any(m is None for m in mems) else max(mems)
+            out[job_id] = best
         return out
 
     def gpu_sampler_nodes(self) -> dict:

@@ -549,3 +549,122 @@ def test_the_service_writes_a_heartbeat_at_most_once_a_minute(tmp_path, proc):
     store.save_gpu_node = dead
     clock.t += 60
     assert not svc.step()  # a failed heartbeat is a failed step, logged; the sampler goes on
+
+
+# -- a review of the sampler's figures for packing (2 December 2026): each case let a job that needs
+# most of a GPU look as if it needed less, and GPU packing trusts that figure
+
+
+def test_a_process_of_the_job_without_its_partition_counts_for_the_jobs_run(tmp_path):
+    """A helper started with a cleared environment (`apptainer --cleanenv`, `env -i`) has no
+    SLURM_JOB_PARTITION: keyed (job, "") apart from the job's run, the job looked like two jobs
+    sharing its GPU (no utilisation) and its profiling row had only part of its memory."""
+    root = tmp_path / "proc"
+    fake_proc(root, 100, job=101, partition="profiling")
+    fake_proc(root, 101, job=101, partition=None)  # same cgroup, no partition in its environment
+    nvml = FakeNvml([{"util": 90, "mem_util": 50, "procs": {100: 2 * GIB, 101: 14 * GIB}}])
+    s = Sampler(nvml, "gpu01", str(root))
+    s.start()
+    for t in range(4):
+        s.sample(1000 + 5 * t)
+    nvml.gpus[0]["procs"] = {101: 14 * GIB}  # a reading with the helper alone: the run seen last
+    s.sample(1020)
+    assert list(s.profiles) == [(101, "profiling")]
+    p = s.profiles[(101, "profiling")]
+    assert (p.gmem_mib, p.util_samples, p.gpu_util, p.samples) == (16 * 1024, 5, 90, 5)
+
+
+def test_memory_partly_unknown_in_a_reading_is_unknown_for_the_run(proc):
+    """NVML could not tell one process's memory (usedGpuMemory None): the known part alone was
+    kept as the run's peak, an under-count packing would trust."""
+    nvml = FakeNvml([{"util": 50, "mem_util": 5, "procs": {100: None, 110: 1 * GIB}}])
+    s = Sampler(nvml, "gpu01", str(proc))
+    s.start()
+    s.sample(1)
+    nvml.gpus[0]["procs"] = {100: 3 * GIB, 110: 1 * GIB}  # known at a later reading: still unknown
+    s.sample(6)
+    p = s.profiles[(101, "profiling")]
+    assert p.gmem_mib is None and p.gpu_util == 50
+
+
+def test_a_run_forgotten_and_seen_again_keeps_its_memory_peak(tmp_path, proc):
+    """The sampler forgets a run not seen for 3 x flush_s (a CPU phase, a second script) and starts
+    it afresh when it comes back: the write replaced the row, and a job that held 20 GiB of a
+    24 GiB GPU was let share it (one shard)."""
+    from types import SimpleNamespace
+
+    from binder.live import LivePackingConfig, shard_decision
+
+    cfg = _cfg(tmp_path)
+    store = Store(cfg.database.url)
+    nvml = FakeNvml([{"util": 10, "mem_util": 5, "procs": {100: 20 * GIB}}])
+    clock = Clock(10_000.0)
+    svc = SamplerService(cfg, nvml, store, str(proc), clock=clock, sleep=lambda s: None)
+    svc.start()
+    for phase in ({100: 20 * GIB}, {}, {110: 2 * GIB}):  # 2 min at 20 GiB, 2 min without, 2 min at 2 GiB
+        nvml.gpus[0]["procs"] = phase
+        for _ in range(24):
+            svc.step()
+            clock.t += 5
+    clock.t += 30
+    svc.step()
+    assert (101, "profiling") in svc.sampler.profiles  # seen again, afresh
+    (row,) = store.gpu_profiles(101)
+    assert row.gmem_mib == 20 * 1024 and row.first_t == 10_000
+    assert row.util_samples == 25  # the utilisation of the longer record (24 readings, then 25)
+    profile = store.profiling_gpu_profiles([101], "profiling")[101]
+    shards, why = shard_decision(SimpleNamespace(job_id=101, time_limit_s=None), "main", profile, {"main": 999},
+                                 LivePackingConfig(gpu_memory_mib=24576))
+    assert shards == 2, why
+    svc.step()  # written again with the same figures: the row is unchanged
+    clock.t += 30
+    svc.step()
+    assert store.gpu_profiles(101)[0].gmem_mib == 20 * 1024
+
+
+def test_lucidd_reads_the_most_memory_any_row_of_a_run_held(tmp_path):
+    """A job's profile is its row with the most utilisation readings (it ran on several nodes, or
+    restarted): that row's memory alone passed over a larger figure in another row."""
+    from profiler.nvml_sampler import JobGpuProfile
+
+    store = Store(f"sqlite:///{tmp_path}/lucidd.db").create()
+    store.create_gpu_profiles()
+    big = JobGpuProfile(7, "profiling", "gpu1", 100, 120, samples=4, util_samples=4, gpu_util_sum=40.0,
+                        gmem_util_sum=8.0, gmem_max_mib=20480.0, gpus={0})
+    long = JobGpuProfile(7, "profiling", "gpu2", 200, 300, samples=9, util_samples=9, gpu_util_sum=90.0,
+                         gmem_util_sum=9.0, gmem_max_mib=3000.0, gpus={1})
+    store.save_gpu_profiles([big, long])
+    p = store.profiling_gpu_profiles([7], "profiling")[7]
+    assert (p.node, p.util_samples, p.gmem_mib) == ("gpu2", 9, 20480.0)
+    assert store.gpu_profiles(7)[1].gmem_mib == 3000.0  # what was read is not written back
+    unknown = JobGpuProfile(7, "profiling", "gpu3", 300, 310, samples=1, util_samples=1, gpu_util_sum=5.0,
+                            gmem_util_sum=1.0, gmem_unknown=True, gpus={0})
+    store.save_gpu_profiles([unknown])
+    assert store.profiling_gpu_profiles([7], "profiling")[7].gmem_mib is None
+
+
+def test_a_failed_flush_feeds_the_watchdog_and_the_heartbeat_waits(tmp_path, proc, monkeypatch):
+    """Each write may wait for the database's connect timeout (the sampler's own, at most 10 s): a
+    step's two writes with no watchdog ping between them outlasted WatchdogSec=120s with
+    [slurm] command_timeout_s from 60 s, and systemd killed the sampler with the figures it kept."""
+    import profiler.sampler_main as sm
+
+    cfg = _cfg(tmp_path)
+    store = Store(cfg.database.url)
+    svc = SamplerService(cfg, FakeNvml(node_gpus()), store, str(proc), clock=Clock(10_000.0), sleep=lambda s: None)
+    svc.start()
+    calls = []
+    monkeypatch.setattr(svc.notifier, "watchdog", lambda: calls.append("watchdog"))
+
+    def dead(*_a):
+        calls.append("write")
+        raise StoreError("database postgresql://x unavailable (session): connection timeout expired")
+
+    store.save_gpu_profiles = store.save_gpu_node = dead
+    assert not svc.step()
+    assert calls == ["write", "watchdog", "watchdog"]  # the flush, then no heartbeat right after it
+    calls.clear()
+    svc.clock.t += 5
+    svc.step()  # no flush due: the heartbeat is tried
+    assert calls == ["write", "watchdog"]
+    assert sm.DATABASE_TIMEOUT_S <= 10
