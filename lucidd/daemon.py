@@ -97,7 +97,7 @@ class Daemon:
     def start(self):
         from .live.store import StoreError
 
-        check_job_submit_lua()  # at every start, and in the check an admin runs before one (an upgrade)
+        check_job_submit_lua(slurm_cfg=self.cfg.slurm)  # at every start, and in the check an admin runs before one (an upgrade)
         slurm_warnings = self._check_slurm_settings()
         try:
             if self.check:
@@ -400,30 +400,45 @@ def _redact(url):
 
 
 _LUA_VERSION_RE = re.compile(r"LUCIDD_LUA_VERSION\s*=\s*([0-9]+)")
+_LUA_NAME_RE = re.compile(r'^local (INBOX|PROFILING|DEFAULT)\s*=\s*"([^"]*)"', re.M)
 
 
-def check_job_submit_lua(slurm_conf: str | None = None) -> str | None:
+def check_job_submit_lua(slurm_conf: str | None = None, slurm_cfg=None) -> str | None:
     """Warn when the job_submit.lua beside slurm.conf is older than the one this lucidd ships: an
     upgrade that did not copy it again left users able to move jobs into profiling, ahead of every
-    queue (an admin trial). Returns the warning, or None (current, or no such file here: a site
-    may keep it elsewhere)."""
+    queue (an admin trial); and, given lucidd's `[slurm]` section, when its INBOX, PROFILING or
+    DEFAULT names differ from lucidd's. Returns the warning, or None (current, or no such file
+    here: a site may keep it elsewhere)."""
     conf = slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
     installed = os.path.join(os.path.dirname(conf), "job_submit.lua")
     shipped = os.path.join(os.path.dirname(__file__), "data", "slurm", "job_submit.lua")
     try:
         with open(installed, encoding="utf-8", errors="replace") as f:
-            have = _LUA_VERSION_RE.search(f.read())
+            text = f.read()
+        have = _LUA_VERSION_RE.search(text)
         with open(shipped, encoding="utf-8") as f:
             want = _LUA_VERSION_RE.search(f.read())
     except OSError:
         return None
-    if want is None or (have is not None and int(have.group(1)) >= int(want.group(1))):
+    problems = []
+    if want is not None and (have is None or int(have.group(1)) < int(want.group(1))):
+        problems.append(f"{installed} is lucidd's job_submit.lua version {have.group(1) if have else '1 or older'}, "
+                        f"this lucidd ships version {want.group(1)} ({shipped}): copy it again, keeping your "
+                        "LUCIDD_USERS, and `scontrol reconfigure` (docs/deploy.md, Upgrading)")
+    if slurm_cfg is not None:
+        names = dict(_LUA_NAME_RE.findall(text))
+        for const, key in (("INBOX", "inbox_partition"), ("PROFILING", "profiling_partition"),
+                           ("DEFAULT", "default_partition")):
+            # a wrong INBOX routes nothing through lucidd; a wrong DEFAULT sends the jobs that name no
+            # partition there while lucidd is away (version 6 leaves them to Slurm then)
+            if const in names and names[const] != getattr(slurm_cfg, key):
+                problems.append(f"{installed} has {const} = \"{names[const]}\" but [slurm] {key} is "
+                                f"\"{getattr(slurm_cfg, key)}\": make them equal and `scontrol reconfigure`")
+    if not problems:
         return None
-    text = (f"{installed} is lucidd's job_submit.lua version {have.group(1) if have else '1 or older'}, this "
-            f"lucidd ships version {want.group(1)} ({shipped}): copy it again, keeping your LUCIDD_USERS, and "
-            "`scontrol reconfigure` (docs/deploy.md, Upgrading)")
-    log.warning("%s", text)
-    return text
+    warning = "; ".join(problems)
+    log.warning("%s", warning)
+    return warning
 
 
 def _load_config_or_none(prog, path):

@@ -235,6 +235,52 @@ def test_lua_refuses_users_moves_into_the_inbox_and_out_of_profiling(tmp_path, n
     assert (int(out) == 0) == allowed, (now_in, to, uid, out)
 
 
+SUBMIT_STUB = r'''
+slurm = {SUCCESS=0, ERROR=-1, NO_VAL=4294967294, ESLURM_ACCESS_DENIED=2002,
+  log_user=function(...) end, log_info=function(...) end}
+assert(loadstring(io.open(arg[1]):read("*a")))()
+-- arg[2]: the partitions the user may use, "name=state_up,...", arg[3]: -p ("" none), arg[4]: --immediate
+local parts = {}
+for name, state in string.gmatch(arg[2], "([^,=]+)=(%d+)") do parts[name] = {state_up=tonumber(state)} end
+local job = {partition=(arg[3] ~= "" and arg[3] or nil), immediate=tonumber(arg[4])}
+local rc = slurm_job_submit(job, parts, 1000)
+io.write(rc, " ", job.partition or "-", " ", job.admin_comment or "-", "\n")
+'''
+DOWN = "inbox=1,profiling=3,main=3,research=3"  # PARTITION_SUBMIT alone: the inbox as lucidd keeps it
+UP = "inbox=3,profiling=3,main=3,research=3"
+
+
+@pytest.mark.parametrize("parts,asked,immediate,want", [
+    (DOWN, "main", 0, "0 inbox lucid:partition=main"),
+    (DOWN, "main,research", 0, "0 inbox lucid:partition=main,research"),
+    (DOWN, "", 0, "0 - -"),  # the default partition, the inbox; lucidd sends it to [slurm] default_partition
+    # refused as plain Slurm refuses it; accepted, it waited in the DOWN inbox for ever (a review)
+    (DOWN, "nosuch", 0, "-1 nosuch -"),
+    (DOWN, "main,nosuch", 0, "-1 main,nosuch -"),
+    (DOWN, "MAIN", 0, "-1 MAIN -"),  # Slurm's names are case-sensitive (22.05: "Invalid partition name")
+    (DOWN, "main, research", 0, "-1 main, research -"),  # Slurm refuses the space, lucidd read "main"
+    ("inbox=1,main=3", "research", 0, "-1 research -"),  # AllowGroups keeps it from the user
+    # lucidd away (the inbox opened by lucidd-failopen or its stop): left where plain Slurm puts it,
+    # not run in the inbox on nodes outside its partition (a review)
+    (UP, "research", 0, "0 research -"),
+    (UP, "", 0, "0 main -"),
+    (UP, "nosuch", 0, "0 nosuch -"),  # Slurm refuses it itself
+    ("inbox=0,main=3", "research", 0, "0 research -"),  # INACTIVE: takes no job
+    # srun -I / salloc -I: must start at once, and lucidd would release it only at its next cycle
+    (DOWN, "main", 5, "0 main -"),
+    (DOWN, "", 1, "0 main -"),
+    ("main=3,research=3", "main", 0, "0 inbox lucid:partition=main"),  # an inbox the user cannot see: as before
+])
+def test_lua_routes_new_jobs_through_the_inbox_only_while_it_is_down(tmp_path, parts, asked, immediate, want):
+    if shutil.which("lua5.1") is None:
+        pytest.skip("lua5.1 not installed (scripts/testcluster.sh install brings it)")
+    stub = tmp_path / "submit.lua"
+    stub.write_text(SUBMIT_STUB)
+    out = subprocess.run(["lua5.1", str(stub), LUA, parts, asked, str(immediate)], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == want, (parts, asked, immediate)
+
+
 def test_an_owners_list_set_after_a_lent_runs_release_is_left_alone(tmp_path):
     """A review of the change: lucidd's release after a lent run cleared its list but kept the job
     marked lent, so a list its owner set later was taken for lucidd's and cleared."""

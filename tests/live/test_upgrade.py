@@ -78,6 +78,25 @@ def test_a_job_submit_lua_older_than_the_shipped_one_is_said_at_start(tmp_path, 
     assert text in caplog.text
 
 
+def test_a_job_submit_lua_naming_other_partitions_than_lucidd_is_said_at_start(tmp_path):
+    """Its INBOX, PROFILING and DEFAULT must be lucidd's [slurm] names: a DEFAULT left at "main" on a
+    site whose default_partition is another sends the jobs that name none to main while lucidd is away."""
+    from pathlib import Path
+
+    from lucidd.daemon import check_job_submit_lua
+    from lucidd.live.config import config_from_dict
+
+    shipped = (Path(__file__).resolve().parents[2] / "lucidd/data/slurm/job_submit.lua").read_text()
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("")
+    (tmp_path / "job_submit.lua").write_text(shipped)
+    same = config_from_dict({"daemon": {"state_dir": str(tmp_path)}}).slurm
+    assert check_job_submit_lua(str(conf), same) is None
+    other = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "slurm": {"default_partition": "gpu"}}).slurm
+    text = check_job_submit_lua(str(conf), other)
+    assert text and 'DEFAULT = "main" but [slurm] default_partition is "gpu"' in text
+
+
 def _database_with_a_job(tmp_path):
     clock = Clock()
     slurm = MemSlurm(clock)

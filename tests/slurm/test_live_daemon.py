@@ -571,13 +571,19 @@ def test_a_start_reads_the_real_slurmctlds_settings_and_warns_without_stopping(c
 
 def test_a_partition_that_does_not_exist_waits_in_the_inbox_with_a_reason(clean_cluster, tmp_path, job_script,
                                                                           lucidd_factory):
-    """`sbatch -p mian` is accepted (job_submit.lua sends it to the inbox before Slurm can refuse the
-    name). lucidd does not profile it, Slurm refuses the move, and the job waits in the inbox, tried
-    again after a minute (not every cycle), with a reason that says what its owner can do; once
-    they name a partition that exists it runs there."""
+    """`sbatch -p mian` is refused at submission (job_submit.lua 6, as plain Slurm; before, it was
+    accepted into the inbox and waited there). A job whose partition went away while it waited
+    in the inbox (here: its recorded request changed before lucidd saw it) is not profiled, Slurm
+    refuses the move, and the job waits in the inbox, tried again after a minute (not every
+    cycle), with a reason that says what its owner can do; once they name a partition that exists
+    it runs there."""
+    refused = subprocess.run(["sbatch", "-p", "mian", "--gres=gpu:1", "--wrap", "true"], capture_output=True,
+                             text=True, timeout=60)
+    assert refused.returncode != 0 and "invalid partition specified: 'mian'" in refused.stderr, refused
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
+    job = sbatch(job_script, 3, "-p", "main", "--gres=gpu:1", name="typo")
+    sh("scontrol", "update", f"jobid={job}", "admincomment=lucid:partition=mian")
     daemon = lucidd_factory(cfg).start()
-    job = sbatch(job_script, 3, "-p", "mian", "--gres=gpu:1", name="typo")
     db = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
     wait_until(_until_tables(lambda: "scontrol update jobid=" in getattr(db.job(job), "profile_reason", "")), 30,
                "lucidd to say why the job waits")
@@ -598,7 +604,9 @@ def test_a_job_requeued_into_the_closed_inbox_goes_to_its_partition(clean_cluste
     to the partition it asked for, unprofiled."""
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
     sh("scontrol", "update", "partitionname=inbox", "state=UP")  # as fail-open leaves it
-    job = sbatch(job_script, 120, "--gres=gpu:1", name="ran-in-inbox")
+    # asked for by name: job_submit.lua 6 leaves jobs in their partitions while the inbox is open
+    # (an older script, or an admin, put them in the inbox itself)
+    job = sbatch(job_script, 120, "-p", "inbox", "--gres=gpu:1", name="ran-in-inbox")
     wait_until(lambda: any(j["job_id"] == job and j["job_state"] == "RUNNING" and j["partition"] == "inbox"
                            for j in squeue()), 30, "the job to start in the open inbox")
     daemon = lucidd_factory(cfg).start()
@@ -609,6 +617,41 @@ def test_a_job_requeued_into_the_closed_inbox_goes_to_its_partition(clean_cluste
     assert "back in inbox after a requeue" in daemon.text()
     sh("scancel", str(job))
     daemon.stop()
+
+
+def test_job_submit_lua_routes_through_the_inbox_only_while_it_is_down(clean_cluster, job_script):
+    """A review: while lucidd is away (the inbox UP), a job routed into the inbox ran there, on nodes
+    outside the partition it asked for (`-p research` on gpu1, research being gpu[3-4]); `srun -I`
+    always failed (`Partition in DOWN state`); `-p nosuch` was accepted and waited for ever. As a
+    plain user, no lucidd running."""
+    def as_nobody(*argv):
+        return subprocess.run(["runuser", "-u", "nobody", "--", *argv], capture_output=True, text=True,
+                              timeout=60, cwd="/tmp")
+
+    out = as_nobody("srun", "-I", "-p", "main", "--gres=gpu:1", "true")
+    assert out.returncode == 0, out
+    out = as_nobody("sbatch", "-p", "main,nosuch", "--wrap", "true")
+    assert out.returncode != 0 and "invalid partition specified: 'nosuch'" in out.stderr, out
+    sh("scontrol", "update", "partitionname=inbox", "state=UP")  # as lucidd's stop and fail-open leave it
+    jobs = []
+    try:
+        for opts in (["-p", "research"], []):
+            r = as_nobody("sbatch", "--parsable", *opts, "--gres=gpu:1", "--begin=now+3600", "-o", "/dev/null",
+                          "--wrap", "sleep 30")
+            assert r.returncode == 0, r.stderr
+            jobs.append(int(r.stdout.strip().split(";")[0]))
+        got = {j["job_id"]: (j["partition"], j.get("admin_comment", "")) for j in squeue() if j["job_id"] in jobs}
+        assert got == {jobs[0]: ("research", ""), jobs[1]: ("main", "")}, got  # no -p: DEFAULT, not the inbox
+    finally:
+        sh("scontrol", "update", "partitionname=inbox", "state=DOWN")
+        for job in jobs:
+            sh("scancel", str(job), check=False)
+    r = as_nobody("sbatch", "--parsable", "-p", "research", "--begin=now+3600", "-o", "/dev/null", "--wrap", "true")
+    job = int(r.stdout.strip().split(";")[0])
+    try:
+        assert [j["partition"] for j in squeue() if j["job_id"] == job] == ["inbox"]  # DOWN again: routed
+    finally:
+        sh("scancel", str(job), check=False)
 
 
 def test_job_submit_lua_keeps_users_out_of_the_inbox_exits_and_out_of_profiling(clean_cluster):

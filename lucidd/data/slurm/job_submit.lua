@@ -14,8 +14,11 @@
 -- (LUCIDD_PACKING). 4: jobs binding GPUs keep whole GPUs under packing. 5: users may not move jobs
 -- into the inbox, nor jobs waiting in profiling out of it; packing keeps interactive, --gpus and
 -- --gpus-per-node jobs, scripts whose steps ask for GPUs and lucid:noprofile jobs on their GPUs; the
--- guard on a job of shards holds after packing is turned off, and refuses node count changes.
-local LUCIDD_LUA_VERSION = 5
+-- guard on a job of shards holds after packing is turned off, and refuses node count changes. 6: no
+-- job is routed while the inbox is not DOWN (lucidd away: lucidd-failopen or lucidd's stop opened
+-- it) nor an --immediate one; a partition the user may not use (or that does not exist) is refused
+-- at submission, as plain Slurm refuses it.
+local LUCIDD_LUA_VERSION = 6
 
 -- GPU packing (docs/deploy.md, "GPU packing"): true turns every plain 1-GPU request into 2 shards
 -- of one GPU (a GPU of its own, as before), which lucidd may lower to 1 shard (it may then share
@@ -29,6 +32,7 @@ local ORIG_TAG = "lucid:orig="
 
 local INBOX = "inbox"   -- keep equal to [slurm] inbox_partition in /etc/lucidd/lucidd.toml
 local PROFILING = "profiling"   -- keep equal to [slurm] profiling_partition
+local DEFAULT = "main"   -- keep equal to [slurm] default_partition
 local TAG = "lucid:partition="
 
 local function unset(v) return v == nil or v == "" end
@@ -130,14 +134,56 @@ local function to_shards(job_desc)
   return slurm.SUCCESS
 end
 
+-- Whether new jobs go through the inbox: only while it is DOWN (state_up 1, PARTITION_SUBMIT alone).
+-- UP, lucidd is away (lucidd-failopen, or lucidd's own stop, opened it so that Slurm schedules
+-- alone): a job routed there would run in the inbox itself, on nodes outside the partition it
+-- asked for, under the inbox's limits, until the next fail-open run moved it (a review).
+local function routing(part_list)
+  local inbox = part_list ~= nil and part_list[INBOX] or nil
+  if inbox == nil then return true end   -- not the user's to see (AllowGroups): as before
+  local state = inbox.state_up
+  return state == nil or state == 1
+end
+
+-- `srun -I` / `salloc -I` (--immediate): Slurm must start it within those seconds or it fails, and
+-- lucidd releases the inbox only at its next cycle (`Partition in DOWN state`, seen on 22.05)
+local function immediate(job_desc)
+  local v = job_desc.immediate
+  return v ~= nil and v ~= 0 and v ~= slurm.NO_VAL
+end
+
+-- The first name of a partition list that Slurm would refuse: no such partition, or one the user may
+-- not use (part_list holds those the user may; names are case-sensitive, as Slurm's are). Routed into
+-- the inbox, such a job was accepted and then waited there for ever, its move refused.
+local function refused_name(asked, part_list)
+  if part_list == nil then return nil end
+  for name in string.gmatch(asked, "[^,]+") do
+    if part_list[name] == nil then return name end
+  end
+  return nil
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
   if LUCIDD_PACKING then
     local rc = to_shards(job_desc)
     if rc ~= slurm.SUCCESS then return rc end
   end
   local asked = job_desc.partition
+  if not routing(part_list) or immediate(job_desc) then
+    -- left to Slurm, in the partition it asked for; one that asked for none goes to the partition
+    -- lucidd would release it to, not to the default one (the inbox)
+    if unset(asked) and part_list ~= nil and part_list[DEFAULT] ~= nil then
+      job_desc.partition = DEFAULT
+    end
+    return slurm.SUCCESS
+  end
   if unset(asked) or asked == INBOX then
     return slurm.SUCCESS            -- the default partition is the inbox already
+  end
+  local bad = refused_name(asked, part_list)
+  if bad ~= nil then
+    slurm.log_user("invalid partition specified: '" .. bad .. "' (no such partition, or not one you may use)")
+    return slurm.ESLURM_INVALID_PARTITION_NAME or slurm.ERROR
   end
   note_admin(job_desc, TAG .. asked)
   job_desc.partition = INBOX
