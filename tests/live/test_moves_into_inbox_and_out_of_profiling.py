@@ -241,10 +241,15 @@ slurm = {SUCCESS=0, ERROR=-1, NO_VAL=4294967294, ESLURM_ACCESS_DENIED=2002,
 assert(loadstring(io.open(arg[1]):read("*a")))()
 -- arg[2]: the partitions the user may use, "name=state_up,...", arg[3]: -p ("" none), arg[4]: --immediate
 local parts = {}
-for name, state in string.gmatch(arg[2], "([^,=]+)=(%d+)") do parts[name] = {state_up=tonumber(state)} end
-local job = {partition=(arg[3] ~= "" and arg[3] or nil), immediate=tonumber(arg[4])}
+-- ("name=state_up" or "name=state_up:default_time"), arg[5]: --time in minutes ("" none)
+for name, state, dt in string.gmatch(arg[2], "([^,=]+)=(%d+):?(%d*)") do
+  parts[name] = {state_up=tonumber(state), default_time=(dt ~= "" and tonumber(dt) or slurm.NO_VAL)}
+end
+local job = {partition=(arg[3] ~= "" and arg[3] or nil), immediate=tonumber(arg[4]),
+             time_limit=(arg[5] ~= "" and tonumber(arg[5]) or slurm.NO_VAL)}
 local rc = slurm_job_submit(job, parts, 1000)
-io.write(rc, " ", job.partition or "-", " ", job.admin_comment or "-", "\n")
+io.write(rc, " ", job.partition or "-", " ", job.admin_comment or "-",
+         job.time_limit ~= slurm.NO_VAL and (" t=" .. job.time_limit) or "", "\n")
 '''
 DOWN = "inbox=1,profiling=3,main=3,research=3"  # PARTITION_SUBMIT alone: the inbox as lucidd keeps it
 UP = "inbox=3,profiling=3,main=3,research=3"
@@ -270,13 +275,18 @@ UP = "inbox=3,profiling=3,main=3,research=3"
     (DOWN, "main", 5, "0 main -"),
     (DOWN, "", 1, "0 main -"),
     ("main=3,research=3", "main", 0, "0 inbox lucid:partition=main"),  # an inbox the user cannot see: as before
+    # no --time: the DefaultTime of the partition it asked for (the first of a list), not the inbox's
+    ("inbox=1,main=3,research=3:30", "research,main", 0, "0 inbox lucid:partition=research,main t=30"),
+    ("inbox=1,main=3,research=3:30", "main", 0, "0 inbox lucid:partition=main"),
+    ("inbox=1,main=3,research=3:30", "research/5", 0, "0 inbox lucid:partition=research t=5"),  # its own
 ])
 def test_lua_routes_new_jobs_through_the_inbox_only_while_it_is_down(tmp_path, parts, asked, immediate, want):
     if shutil.which("lua5.1") is None:
         pytest.skip("lua5.1 not installed (scripts/testcluster.sh install brings it)")
     stub = tmp_path / "submit.lua"
     stub.write_text(SUBMIT_STUB)
-    out = subprocess.run(["lua5.1", str(stub), LUA, parts, asked, str(immediate)], capture_output=True,
+    asked, _, minutes = asked.partition("/")  # "research/5": -p research --time=5
+    out = subprocess.run(["lua5.1", str(stub), LUA, parts, asked, str(immediate), minutes], capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == want, (parts, asked, immediate)
 

@@ -17,7 +17,8 @@
 -- guard on a job of shards holds after packing is turned off, and refuses node count changes. 6: no
 -- job is routed while the inbox is not DOWN (lucidd away: lucidd-failopen or lucidd's stop opened
 -- it) nor an --immediate one; a partition the user may not use (or that does not exist) is refused
--- at submission, as plain Slurm refuses it.
+-- at submission, as plain Slurm refuses it; a job without --time gets the DefaultTime of the partition
+-- it asked for, not the inbox's.
 local LUCIDD_LUA_VERSION = 6
 
 -- GPU packing (docs/deploy.md, "GPU packing"): true turns every plain 1-GPU request into 2 shards
@@ -184,6 +185,15 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if bad ~= nil then
     slurm.log_user("invalid partition specified: '" .. bad .. "' (no such partition, or not one you may use)")
     return slurm.ESLURM_INVALID_PARTITION_NAME or slurm.ERROR
+  end
+  -- Slurm gives a job without --time its partition's DefaultTime at submission, and keeps it when
+  -- the job is moved: submitted to the inbox it would get the inbox's (none: the MaxTime of where it
+  -- runs) instead of the one of the partition it asked for (the first of a list, as Slurm takes it)
+  local first = string.match(asked, "^[^,]+")
+  local default_time = part_list ~= nil and first ~= nil and part_list[first] ~= nil
+                       and part_list[first].default_time or nil
+  if not set(job_desc.time_limit) and default_time ~= nil and default_time ~= slurm.NO_VAL then
+    job_desc.time_limit = default_time
   end
   note_admin(job_desc, TAG .. asked)
   job_desc.partition = INBOX
