@@ -252,14 +252,8 @@ class Daemon:
         try:
             if self.db_down_since is not None:
                 self.store.ping()
-                now = self.clock()
-                log.warning("database is back after %.0f s: lucidd resumes", now - self.db_down_since)
-                self.store.create()
-                # the outage left no cycle rows (nothing could be written): `lucidctl status` shows it from here
-                self.store.set_meta("last_database_outage", json.dumps(
-                    {"from": round(self.db_down_since, 3), "to": round(now, 3),
-                     "seconds": round(now - self.db_down_since, 1), "error": self.db_error[:300]}))
-                self.db_down_since = None
+            # the lock before anything is written, as at start: after a database restart another lucidd
+            # may have taken the database (and upgraded its schema); this one then leaves it alone
             if not self.check and not self.store.instance_lock_alive():
                 self.store.release_instance_lock()
                 if not self.store.hold_instance_lock():
@@ -268,6 +262,17 @@ class Daemon:
                         f"another lucidd took {_redact(self.cfg.database.url)} while this one's lock was lost (a "
                         "database restart ends it): this one stops and leaves the jobs to it")
                 log.warning("the database's instance lock was lost (a database restart?) and is held again")
+            if self.db_down_since is not None:
+                now = self.clock()
+                self.store.create()
+                # the outage left no cycle rows (nothing could be written): `lucidctl status` shows it from here
+                self.store.set_meta("last_database_outage", json.dumps(
+                    {"from": round(self.db_down_since, 3), "to": round(now, 3),
+                     "seconds": round(now - self.db_down_since, 1), "error": self.db_error[:300]}))
+                # said once the database took a write: one that answers reads and refuses writes (a
+                # read-only remount, a full disk) said "back" at every cycle of the outage
+                log.warning("database is back after %.0f s: lucidd resumes", now - self.db_down_since)
+                self.db_down_since = None
             if not self.history_loaded and not self.check:
                 # the decider's history (estimates) before the first cycle orders anything, not after:
                 # else every job ordered in a start's first cycle gets the constant and a second value
@@ -313,6 +318,9 @@ class Daemon:
                 self.db_error = str(exc)
                 log.error("database unavailable, lucidd stops acting%s: %s",
                           " (a dry run: the inbox is left as it is)" if self.dry_run else " and opens the inbox", exc)
+            elif str(exc) != self.db_error:  # a new error in the same outage (it answers again, refuses writes)
+                self.db_error = str(exc)
+                log.error("database still unavailable: %s", exc)
             if not self.dry_run:
                 try:
                     open_inbox(self.backend, self.cfg, "lucidd's database is unavailable")
@@ -521,6 +529,9 @@ def main(argv=None) -> int:
     except InstanceLockLost as exc:
         log.error("%s", exc)
         return 3
+    except SchemaTooNew as exc:  # met again after an outage: exit 2, as at start (not restarted into it)
+        log.error("lucidd stops: %s", exc)
+        return 2
     finally:
         daemon.stop("lucidd stopped")
         log.info("lucidd stopped; %s", "another lucidd holds its database: it gave nothing back" if daemon.lock_lost

@@ -323,7 +323,14 @@ class Reconciler:
         try:
             snap = self.backend.snapshot()
             row.jobs = len(snap.jobs)
-            row.actions, recorded = self._decide_and_apply(snap, away_s)
+            try:
+                row.actions, recorded = self._decide_and_apply(snap, away_s)
+            except Exception:
+                # cut short after the cached records changed (an ended job dropped from them, a phase
+                # moved on) and before they were saved: the database no longer holds what the cache
+                # does, and an ended job's row stayed open for as long as lucidd ran (a review)
+                self._records = None
+                raise
             row.recorded = json.dumps(recorded, default=str) if recorded and self.cfg.daemon.record_cycles else None
             row.ok = True
         except BackendError as exc:

@@ -342,7 +342,7 @@ class Store:
 
     def _upgrade(self):
         """Columns added since schema 1, added to a database an older lucidd created (create_all
-        makes missing tables only). Each is nullable or has a default, so old rows stay valid. The
+        makes missing tables only): those named below, then any other the model has. Each is nullable or has a default, so old rows stay valid. The
         VARCHAR(200) columns of schema 2 and before become TEXT where the database enforces a length."""
         from sqlalchemy import inspect
 
@@ -358,6 +358,25 @@ class Store:
                                                       if col["name"] == "lent").get("default"):
                 # schema 2-4 made it NOT NULL without a server default (SQLite cannot add one in place)
                 c.exec_driver_sql("ALTER TABLE jobs ALTER COLUMN lent SET DEFAULT FALSE")
+            # any other column the model has and the table lacks (schema 1's first cut had no
+            # jobs.started_ahead_of, and every read of the jobs table failed after the "upgrade"): added
+            # nullable, with the model's scalar default where it has one
+            have_now = {t: {col["name"] for col in inspect(c).get_columns(t)} for t in insp.get_table_names()}
+            prep = self.engine.dialect.identifier_preparer
+            for table in Base.metadata.sorted_tables:
+                if table.name not in have_now:
+                    continue  # made whole by create_all
+                for col in table.columns:
+                    if col.name in have_now[table.name] or col.primary_key:
+                        continue
+                    default = ""
+                    if col.default is not None and getattr(col.default, "is_scalar", False):
+                        v = col.default.arg
+                        default = (f" DEFAULT {'TRUE' if v else 'FALSE'}" if isinstance(v, bool) else
+                                   f" DEFAULT {v}" if isinstance(v, (int, float)) else
+                                   " DEFAULT '" + str(v).replace("'", "''") + "'")
+                    c.exec_driver_sql(f"ALTER TABLE {prep.quote(table.name)} ADD COLUMN {prep.quote(col.name)} "
+                                      f"{col.type.compile(dialect=self.engine.dialect)}{default}")
             if dialect in ("postgresql", "mysql", "mariadb"):  # SQLite does not enforce a length
                 for table, cols in _WIDENED.items():
                     for col in insp.get_columns(table):
@@ -562,14 +581,17 @@ class Store:
 
     def signals_sent(self, job_ids) -> dict:
         """(job_id, restart count, Tprof) -> when, of the warning signals sent to these jobs (applied,
-        or a shadow's dry-run ones: its virtual runs wait for them as a live run would)."""
+        or a shadow's dry-run ones: its virtual runs wait for them as a live run would). A signal
+        left planned is counted as sent: written before the send and marked after it, it stays
+        planned only when the database (or lucidd) failed in between, most likely after the send,
+        and sent twice it made a job checkpoint, or requeue itself, twice (a review)."""
         out = {}
         ids = [int(j) for j in job_ids]
         with self.session() as s:
             for k in range(0, len(ids), 900):
                 rows = s.execute(select(ActionRow.job_id, ActionRow.args, ActionRow.applied_at, ActionRow.created_at)
                                  .where(ActionRow.kind == "signal", ActionRow.job_id.in_(ids[k:k + 900]),
-                                        ActionRow.status.in_(("applied", "dry-run"))))
+                                        ActionRow.status.in_(("applied", "dry-run", "planned"))))
                 for job_id, args, applied_at, created_at in rows:
                     try:
                         a = json.loads(args or "{}")

@@ -297,3 +297,179 @@ def test_a_stop_in_the_cycle_that_requeued_a_job_waits_for_the_requeue_and_relea
     slurm.snapshot = snapshot
     d.stop("lucidd stopped")
     assert slurm.jobs[9].partition == "main" and len(looks) >= 2
+
+
+# -- a review of the database path (2 December 2026) -------------------------------------------------
+
+
+def _flaky_applied(store, kinds=None):
+    """store.record_actions failing when an action is marked applied (the database died after the send)."""
+    from lucidd.live.store import StoreError
+
+    real = store.record_actions
+
+    def flaky(items, now, status, error=""):
+        if status == "applied" and (kinds is None or any(it[2] in kinds for it in items)):
+            raise StoreError("database sqlite unavailable (session): disk I/O error (test)")
+        return real(items, now, status, error)
+
+    store.record_actions = flaky
+    return real
+
+
+def test_a_database_error_mid_cycle_does_not_leave_an_ended_job_open(tmp_path):
+    """The cached records were reset only when their own save failed: a cycle cut short later (here
+    marking a move applied) kept a cache without the job that ended in it, and its row stayed open
+    for as long as lucidd ran (`lucidctl queue` showed the cancelled job pending, #1)."""
+    from lucidd.admin_cli import queue_data
+
+    from .memslurm import Clock, MemSlurm
+
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    d = _daemon(tmp_path, slurm, clock)
+    d.start()
+    slurm.submit(1, partition="main", gpus=0)  # a CPU job: straight to main
+    for _ in range(2):
+        clock.t += 10
+        assert d.run_once()
+    assert d.store.job(1).phase == "released"
+    slurm.end(1, state="CANCELLED")
+    slurm.submit(2, partition="main", gpus=0)
+    real = _flaky_applied(d.store)
+    clock.t += 10
+    assert not d.run_once()  # failed open
+    d.store.record_actions = real
+    for _ in range(3):
+        clock.t += 10
+        assert d.run_once()
+    del slurm.jobs[1]  # gone from squeue too
+    clock.t += 10
+    assert d.run_once()
+    row = d.store.job(1)
+    assert (row.phase, row.final_state) == ("done", "CANCELLED")
+    assert [b["job_id"] for b in queue_data(d.cfg, d.store)["pending"]] == [2]
+
+
+def test_a_warning_signal_is_not_sent_again_when_the_database_failed_after_sending_it(tmp_path):
+    """Sent, then not marked applied (the database failed): once it was back the job was signalled a
+    second time (a job whose handler checkpoints and requeues itself would do that twice)."""
+    from lucidd.daemon import Daemon
+    from lucidd.live.config import config_from_dict
+
+    from .memslurm import Clock, MemSlurm
+
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path / "state"), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")},
+                            "profiler": {"tprof_s": 600, "lend_idle_gpus": False, "skip_when_free": False,
+                                         "long_tprof_s": 0}})
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    d = Daemon(cfg, backend=slurm, clock=clock)
+    d.start()
+    slurm.submit(5, partition="main", gpus=1, comment="lucid:signal=B:USR1@60")
+    clock.t += 10
+    assert d.run_once() and slurm.jobs[5].partition == "profiling"
+    slurm.start(5)
+    real = _flaky_applied(d.store, kinds={"signal"})
+    for _ in range(60):
+        clock.t += 10
+        ok = d.run_once()
+        if slurm.signals:
+            break
+    assert not ok and len(slurm.signals) == 1
+    d.store.record_actions = real
+    for _ in range(12):  # back: past the warning's lead, to Tprof
+        clock.t += 10
+        d.run_once()
+    assert len(slurm.signals) == 1
+    assert [c for c in slurm.calls if c[0] == "requeue"] == [("requeue", (5,))]  # requeued after the one warning
+
+
+def test_after_an_outage_the_instance_lock_is_checked_before_anything_is_written(tmp_path):
+    """Recovery upgraded the schema (create) before it checked the lock: with the lock taken by a
+    newer lucidd meanwhile, SchemaTooNew escaped instead of InstanceLockLost, and the stop that
+    followed gave the other lucidd's jobs away."""
+    import pytest
+
+    from lucidd.daemon import InstanceLockLost
+    from lucidd.live.store import SchemaTooNew, StoreError
+
+    from .memslurm import Clock, MemSlurm
+
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    d = _daemon(tmp_path, slurm, clock)
+    d.start()
+    clock.t += 10
+    assert d.run_once()
+    real = d.reconciler.cycle
+    d.reconciler.cycle = lambda: (_ for _ in ()).throw(StoreError("server closed the connection (test)"))
+    clock.t += 10
+    assert not d.run_once()
+    d.reconciler.cycle = real
+
+    def newer():
+        raise SchemaTooNew("the database has schema 99, written by a newer lucidd (test)")
+
+    d.store.create = newer
+    d.store.instance_lock_alive = lambda: False  # the server restarted: the lock's session is gone
+    d.store.hold_instance_lock = lambda: False  # and another lucidd holds it now
+    clock.t += 10
+    with pytest.raises(InstanceLockLost):
+        d.run_once()
+    assert d.lock_lost
+
+
+def test_a_database_that_reads_and_refuses_writes_is_not_said_to_be_back(tmp_path, caplog):
+    """A read-only remount or a full disk: ping answered, so every cycle of the outage logged
+    "database is back ... lucidd resumes" and the real error only once."""
+    from sqlalchemy import event
+
+    from .memslurm import Clock, MemSlurm
+
+    caplog.set_level("INFO")
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    d = _daemon(tmp_path, slurm, clock)
+    d.start()
+    clock.t += 10
+    assert d.run_once()
+
+    @event.listens_for(d.store.engine, "connect")
+    def read_only(dbapi_conn, _record):
+        dbapi_conn.execute("PRAGMA query_only=ON")  # writes fail: "attempt to write a readonly database"
+
+    d.store.engine.dispose()
+    for _ in range(4):
+        clock.t += 10
+        assert not d.run_once()
+    assert not [r for r in caplog.records if "database is back" in r.getMessage()]
+    assert len([r for r in caplog.records if r.levelname == "ERROR" and "database" in r.getMessage()]) == 1  # once
+    event.remove(d.store.engine, "connect", read_only)
+    d.store.engine.dispose()
+    clock.t += 10
+    assert d.run_once()
+    assert [r for r in caplog.records if "database is back" in r.getMessage()]
+
+
+def test_a_first_cut_database_gets_every_column_the_model_has(tmp_path):
+    """Schema 1's first cut had no jobs.started_ahead_of: the upgrade stamped schema 5 and every read
+    of the jobs table failed, which lucidd took for an outage (failing open every cycle)."""
+    from sqlalchemy import create_engine
+
+    from lucidd.live.store import JobRow, Store
+
+    url = f"sqlite:///{tmp_path / 'lucidd.db'}"
+    Store(url).create().engine.dispose()
+    raw = create_engine(url)
+    with raw.begin() as c:
+        c.exec_driver_sql("ALTER TABLE jobs DROP COLUMN started_ahead_of")
+        c.exec_driver_sql("ALTER TABLE jobs DROP COLUMN partition_ran")  # one with a default
+        c.exec_driver_sql("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    raw.dispose()
+    s = Store(url).create()
+    assert s.open_jobs() == {}
+    s.save_jobs([JobRow(job_id=1, first_seen=1, original_submit=1, requested_partition=None, target_partition="main",
+                        name="t", user="u", account="a", gpus=1, started_ahead_of=2)], new_ids={1})
+    assert s.job(1).started_ahead_of == 2 and s.job(1).partition_ran == ""
