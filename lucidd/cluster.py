@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .csvfiles import RowWidthError, read_table
+from .csvfiles import RowWidthError, read_table, row_line
 from .errors import ConfigError, TraceError
 
 
@@ -85,7 +85,7 @@ def load_vc_config(path, gpus_per_node: int = 8) -> ClusterSpec:
         raise ConfigError(f"{path}: expected columns 'vc,nodes[,gpus_per_node]' or the artifact's ',num' layout, got {cols}")
     spec = ClusterSpec(source=path)
     for i, row in df.iterrows():
-        line = i + 2
+        line = row_line(df, i)
         name = str(row[name_col]).strip()
         try:
             nodes = _whole(row[nodes_col])

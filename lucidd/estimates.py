@@ -16,7 +16,7 @@ from collections import defaultdict
 
 import pandas as pd
 
-from .csvfiles import RowWidthError, read_table
+from .csvfiles import RowWidthError, read_table, row_line
 from .errors import TraceError
 
 #: Estimate used before any job has ended (one hour).
@@ -94,17 +94,17 @@ def load_estimates(path) -> dict:
     ids = df["job_id"].astype("string").str.strip()
     if ids.isna().any() or (ids == "").any():
         i = int((ids.isna() | (ids == "")).to_numpy().nonzero()[0][0])
-        raise TraceError(path, "missing job_id (empty cell)", row=i + 2, column="job_id")
+        raise TraceError(path, "missing job_id (empty cell)", row=row_line(df, i), column="job_id")
     values = pd.to_numeric(df[col], errors="coerce")
     bad = values.isna() | ~values.abs().lt(float("inf"))
     if bad.any():
         i = int(bad.to_numpy().nonzero()[0][0])
-        raise TraceError(path, f"estimate '{df[col].iloc[i]}' is not a finite number", row=i + 2, column=col)
+        raise TraceError(path, f"estimate '{df[col].iloc[i]}' is not a finite number", row=row_line(df, i), column=col)
     if artifact:
         values = values.where(values >= 0, 1000.0)  # the artifact's CombinedEstimator rule
     elif (values < 0).any():
         i = int((values < 0).to_numpy().nonzero()[0][0])
-        raise TraceError(path, "estimates must not be negative", row=i + 2, column=col)
+        raise TraceError(path, "estimates must not be negative", row=row_line(df, i), column=col)
     values = values.astype(float)
     # A repeated line (files joined together) is harmless; two different estimates for one job
     # leave no way to know which was meant.
@@ -114,6 +114,6 @@ def load_estimates(path) -> dict:
         i = int(clash.nonzero()[0][0])
         j = int((ids == ids.iloc[i]).to_numpy().nonzero()[0][0])
         raise TraceError(path, f"job {ids.iloc[i]} has two different estimates ({values.iloc[j]:g} on row "
-                               f"{j + 2}, {values.iloc[i]:g} here)", row=i + 2, column=col)
+                               f"{row_line(df, j)}, {values.iloc[i]:g} here)", row=row_line(df, i), column=col)
     keep = ~ids.duplicated(keep="first").to_numpy()
     return dict(zip(ids[keep].tolist(), values[keep].tolist()))

@@ -89,6 +89,7 @@ class ImportReport:
     vc_from_request: int = 0  # last run in a lucidd partition: VC from lucid:partition= / an earlier run
     vc_default: int = 0  # ... from default_vc
     vc_lucid_left: dict = field(default_factory=dict)  # lucidd partition -> jobs that kept it as VC
+    vc_no_partition: int = 0  # jobs whose records name no partition: VC "default"
     ids_reused: int = 0  # job ids that stood for more than one job
     cpu_jobs_kept: int = 0
     first_submit: int | None = None  # Unix seconds
@@ -125,6 +126,9 @@ class ImportReport:
                        f"({', '.join(LUCID_PARTITIONS)}) got the partition they asked for as VC")
         if self.vc_default:
             out.append(f"{self.vc_default} job(s) with no recorded partition request got the --default-vc")
+        if self.vc_no_partition:
+            out.append(f"{self.vc_no_partition} job(s) with no partition in their records: VC 'default' (give "
+                       "--default-vc NAME to put them in a partition)")
         for part, n in self.vc_lucid_left.items():
             out.append(f"{n} job(s) ran only in lucidd's partition '{part}' with no recorded request: VC '{part}' "
                        "(give --default-vc NAME to put them in a partition)")
@@ -142,7 +146,7 @@ class ImportReport:
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("source", "records", "jobs", "dropped", "requeued", "extra_runs",
-                                           "vc_from_request", "vc_default", "vc_lucid_left", "ids_reused",
+                                           "vc_from_request", "vc_default", "vc_lucid_left", "vc_no_partition", "ids_reused",
                                            "cpu_jobs_kept", "vcs", "with_limit", "no_user", "as_it_ran", "notes")}
         d["gpu_hours"] = round(self.gpu_hours, 3)
         d["first_submit"] = _iso(self.first_submit) if self.first_submit is not None else None
@@ -376,8 +380,10 @@ def sacct_json_to_trace(data: dict, *, source: str = "sacct --json", start: int 
             elif default_vc:
                 vc = default_vc
                 rep.vc_default += 1
+            elif not vc:  # sacct recorded no partition at all: not one of lucidd's
+                vc = "default"
+                rep.vc_no_partition += 1
             else:
-                vc = vc or "default"
                 rep.vc_lucid_left[vc] = rep.vc_lucid_left.get(vc, 0) + 1
         if len(g) > 1:
             rep.requeued += 1

@@ -84,6 +84,8 @@ _RENAMES = {
 }
 
 _MAX_SECONDS = 2**53  # larger numbers cannot be exact seconds; treat as invalid
+_MAX_SUBMIT_S = 1e11  # the year 5138 as Unix seconds: larger submit times are milliseconds (or worse)
+_MAX_DURATION_S = 366 * 86400  # no GPU job of a real trace runs a year (whole Philly's longest: 54 days)
 _BAD_FIELDS = "\uffff lucidd: bad line \uffff"  # sentinel for lines with too many fields (no NUL:
 # pandas 3 string comparisons stop at NUL characters)
 _BAD_QUOTE = "\uffff lucidd: unbalanced quote \uffff"  # the same, for a stray quote's line
@@ -109,6 +111,7 @@ class LoadedTrace:
     origin: pd.Timestamp | None  # wall-clock time of submit_time == 0 (None: unknown)
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> rows dropped
     missing_inputs: list[str] = field(default_factory=list)  # of "user", "name", "workload"
+    vc_defaulted: int = 0  # jobs with an empty cell in the file's vc column: in DEFAULT_VC
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -150,6 +153,9 @@ class LoadedTrace:
                             "Slurm's engine plans them with the duration they ran" if below else "")
                          + (f"; {far} ran more than twice theirs and over 10 min past it, which no kill grace "
                             "explains: is time_limit in seconds?" if far else ""))
+        if self.vc_defaulted:
+            lines.append(f"{self.vc_defaulted} job(s) with an empty vc cell (or a row short of it) are in VC "
+                         f"'{DEFAULT_VC}'" + (", which has nodes of its own" if self.jobs["vc"].nunique() > 1 else ""))
         if self.missing_inputs:
             lines.append("optional columns not in the file (fine, nothing is dropped): "
                          + "; ".join(f"{m} ({_MISSING_MEANS.get(m, 'not used')})" for m in self.missing_inputs))
@@ -768,6 +774,13 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
             ts = _parse_datetimes(rows, raw_submit, "submit_time")
             origin, submit = _origin_and_seconds(ts, rows)
 
+    if origin is None:
+        # seconds (not dates): past 1e11 (the year 5138 as Unix seconds) they are milliseconds, or
+        # worse; read as seconds, a trace of one job a minute spread over 1,700 years and queued nothing
+        rows.bad(np.nan_to_num(submit) >= _MAX_SUBMIT_S, "implausible submit_time", "submit_time", raw_submit,
+                 lambda v: f"submit_time {_show(v)} is past the year 5000 as seconds: Unix milliseconds? "
+                           "give seconds (or date/times)")
+
     # ---- window --------------------------------------------------------------------------------
     lo = _window_bound(start, origin, path, "start")
     hi = _window_bound(end, origin, path, "end")
@@ -812,6 +825,8 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
     dur = _numeric(rows, raw_dur, "duration", required=True, what="a number of seconds >= 0")
     rows.bad(np.nan_to_num(dur) < 0, "negative duration", "duration", raw_dur,
              lambda v: f"negative duration {_show(v)}; durations must be >= 0 seconds")
+    rows.bad(np.nan_to_num(dur) > _MAX_DURATION_S, "implausible duration", "duration", raw_dur,
+             lambda v: f"duration {_show(v)} s is over a year: milliseconds? durations are seconds")
 
     # ---- cpus ------------------------------------------------------------------------------------
     if "cpu_num" in df.columns:
@@ -827,6 +842,10 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
     # ---- text fields -----------------------------------------------------------------------------
     strict = fmt in ("venus", "helios")
     vc = _text(rows, df.get("vc"), "vc", required=strict or fmt == "philly", default=DEFAULT_VC)
+    # an empty cell (or a field missing from a short row) in a vc column: the default VC, as
+    # documented, but said in the report: it made a VC, with a node of its own, that no message explained
+    vc_cells = df["vc"].str.strip() if "vc" in df.columns and not strict and fmt != "philly" else None
+    vc_defaulted = (vc_cells.isna() | (vc_cells == "")).to_numpy() if vc_cells is not None else None
     if vc is None:
         vc = pd.Series(DEFAULT_VC, index=df.index, dtype=str)
     user = _text(rows, df.get("user"), "user", required=strict)
@@ -935,7 +954,8 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
         missing_inputs.append("workload")
 
     return LoadedTrace(jobs=jobs, path=str(path), fmt=fmt, origin=origin,
-                       dropped=dict(rows.dropped), missing_inputs=missing_inputs)
+                       dropped=dict(rows.dropped), missing_inputs=missing_inputs,
+                       vc_defaulted=int((vc_defaulted & keep).sum()) if vc_defaulted is not None else 0)
 
 
 # What a profiling run can measure (the packing and speed models read these as such); a value

@@ -138,3 +138,50 @@ def test_explain_names_its_first_argument_for_what_it_is(capsys):
     with pytest.raises(SystemExit):
         main(["explain", "jbo", "1"])
     assert "explain jbo: only jobs can be explained so far: `lucidctl explain job ID`" in capsys.readouterr().err
+
+
+# -- a review of broken traces (2 December 2026): figures silently wrong, and messages off by rows
+
+
+def test_submit_times_in_milliseconds_are_refused(tmp_path):
+    """Unix milliseconds read as seconds spread one job a minute over 1,700 years: nothing queued."""
+    p = trace(tmp_path, HEAD + "a,u,v,1614585600000,10,1,x\nb,u,v,1614585660000,10,1,y\n")
+    with pytest.raises(TraceError, match="milliseconds") as e:
+        load_trace(p)
+    assert e.value.row == 2
+    assert len(load_trace(trace(tmp_path, HEAD + "a,u,v,1614585600,10,1,x\n", "s.csv"))) == 1  # seconds: fine
+
+
+@pytest.mark.parametrize("duration", ["100000000000", "9007199254740000", str(367 * 86400)])
+def test_a_duration_over_a_year_is_a_bad_row(tmp_path, duration):
+    p = trace(tmp_path, HEAD + f"a,u,v,1,{duration},1,x\nb,u,v,2,10,1,y\n")
+    with pytest.raises(TraceError, match="over a year"):
+        load_trace(p)
+    assert list(load_trace(p, skip_bad_rows=True).jobs["job_id"]) == ["b"]
+
+
+def test_an_empty_vc_cell_is_said_in_the_report(tmp_path):
+    """It puts the job in VC 'default', with a node of its own, and nothing said why."""
+    t = load_trace(trace(tmp_path, HEAD + "a,u,v,1,10,1,x\nb,u,,2,10,1,y\nc,u\n", "v.csv"), skip_bad_rows=True)
+    assert list(t.jobs["vc"]) == ["v", "default"] and t.vc_defaulted == 1
+    assert "1 job(s) with an empty vc cell" in t.report() and "nodes of its own" in t.report()
+
+
+def test_a_trailing_comma_on_some_rows_of_a_config_or_estimates_file_is_fine(tmp_path):
+    """Allowed by the width check, the file then went to pandas as it was, which refused it."""
+    vc = trace(tmp_path, "vc,nodes\na,1\nb,2,\n", "vc.csv")
+    assert {n: v.nodes for n, v in load_vc_config(str(vc)).vcs.items()} == {"a": 1, "b": 2}
+    est = trace(tmp_path, "job_id,estimate_s\n1,50\n2,60,\n", "est.csv")
+    assert load_estimates(str(est)) == {"1": 50.0, "2": 60.0}
+
+
+def test_config_and_estimates_errors_name_the_files_line(tmp_path):
+    """Row numbers were the frame's index + 2: wrong after a blank line or a quoted line break."""
+    with pytest.raises(ConfigError, match="row 4"):
+        load_vc_config(str(trace(tmp_path, "vc,nodes\na,1\n\nb,x\n", "vc.csv")))
+    with pytest.raises(TraceError) as e:
+        load_estimates(str(trace(tmp_path, "job_id,estimate_s\n1,50\n\n\n2,abc\n", "e1.csv")))
+    assert e.value.row == 5
+    with pytest.raises(TraceError) as e:
+        load_estimates(str(trace(tmp_path, 'job_id,estimate_s\n"1\n",50\n2,x\n', "e2.csv")))
+    assert e.value.row == 4

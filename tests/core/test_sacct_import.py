@@ -490,3 +490,14 @@ def test_the_report_says_how_slurm_ran_the_jobs(tmp_path):
     assert set(r) == {"avg_jct_s", "avg_queue_s", "p999_queue_s"} and r["avg_jct_s"] >= r["avg_queue_s"] >= 0
     assert any(line.startswith("as Slurm ran them: avg JCT") for line in rep.lines())
     assert "as_it_ran" in rep.to_dict()
+
+
+def test_a_record_with_no_partition_is_not_called_one_of_lucidds(tmp_path):
+    """A review: a record with an empty partition was reported as "ran only in lucidd's partition
+    'default'", and `default` is no partition of lucidd's."""
+    data = _data()
+    rec = copy.deepcopy(_rec(data, 5))
+    rec["partition"] = ""
+    df, rep = sacct_json_to_trace(_only(data, rec))
+    assert list(df["vc"]) == ["default"] and rep.vc_no_partition == 1 and not rep.vc_lucid_left
+    assert any("no partition in their records" in line for line in rep.lines())
