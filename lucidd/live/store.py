@@ -370,7 +370,9 @@ class Store:
                     if col.name in have_now[table.name] or col.primary_key:
                         continue
                     default = ""
-                    if col.default is not None and getattr(col.default, "is_scalar", False):
+                    # MySQL takes no plain DEFAULT on TEXT (error 1101): the model writes the value there
+                    no_default = dialect == "mysql" and isinstance(col.type, Text)
+                    if col.default is not None and getattr(col.default, "is_scalar", False) and not no_default:
                         v = col.default.arg
                         default = (f" DEFAULT {'TRUE' if v else 'FALSE'}" if isinstance(v, bool) else
                                    f" DEFAULT {v}" if isinstance(v, (int, float)) else
@@ -813,7 +815,8 @@ class Store:
 
     def profiling_gpu_profiles(self, job_ids, partition: str) -> dict:
         """job_id -> the NVML figures of its run in `partition` (the profiling partition): the row
-        with the most utilisation readings when it ran on several nodes or restarted there."""
+        with the most utilisation readings when it ran on several nodes or restarted there, with the
+        most memory any of its rows held (and its rows of no partition on the same nodes)."""
         ids = [int(j) for j in job_ids]
         out, rows = {}, {}
         if not ids:
@@ -821,14 +824,21 @@ class Store:
         with self.session() as s:
             for k in range(0, len(ids), 500):
                 for row in s.scalars(select(GpuProfileRow).where(GpuProfileRow.job_id.in_(ids[k:k + 500]),
-                                                                 GpuProfileRow.partition == partition)):
+                                                                 GpuProfileRow.partition.in_((partition, "")))):
                     rows.setdefault(row.job_id, []).append(row)
                 s.expunge_all()  # detached: what is set below is never written back
-        for job_id, runs in rows.items():
+        for job_id, found in rows.items():
+            runs = [r for r in found if r.partition == partition]
+            if not runs:
+                continue
+            # a row of no partition on a node of the run: the job's processes seen before any that
+            # names the partition (a helper with a cleared environment); its memory counts too
+            nodes = {r.node for r in runs}
+            unnamed = [r for r in found if r.partition == "" and r.node in nodes]
             best = max(runs, key=lambda r: r.util_samples or 0)  # the first of the most, in row order
             # the memory of every row: a run restarted on another node held as much there (a review
             # found a 20,480 MiB row passed over for a longer one of 3,000 MiB); unknown in one, unknown
-            mems = [r.gmem_mib for r in runs]
+            mems = [r.gmem_mib for r in runs + unnamed]
             best.gmem_mib = None if any(m is None for m in mems) else max(mems)
             out[job_id] = best
         return out

@@ -236,8 +236,9 @@ def test_lua_refuses_users_moves_into_the_inbox_and_out_of_profiling(tmp_path, n
 
 
 SUBMIT_STUB = r'''
+-- log_user formats its arguments as Slurm's does (user_msg(string.format(unpack({...}))))
 slurm = {SUCCESS=0, ERROR=-1, NO_VAL=4294967294, ESLURM_ACCESS_DENIED=2002,
-  log_user=function(...) end, log_info=function(...) end}
+  log_user=function(...) io.stderr:write(string.format(unpack({...}))) end, log_info=function(...) end}
 assert(loadstring(io.open(arg[1]):read("*a")))()
 -- arg[2]: the partitions the user may use, "name=state_up,...", arg[3]: -p ("" none), arg[4]: --immediate
 local parts = {}
@@ -279,6 +280,14 @@ UP = "inbox=3,profiling=3,main=3,research=3"
     ("inbox=1,main=3,research=3:30", "research,main", 0, "0 inbox lucid:partition=research,main t=30"),
     ("inbox=1,main=3,research=3:30", "main", 0, "0 inbox lucid:partition=main"),
     ("inbox=1,main=3,research=3:30", "research/5", 0, "0 inbox lucid:partition=research t=5"),  # its own
+    ("inbox=1,main=3:30,research=3", "", 0, "0 - - t=30"),  # no -p: DEFAULT's, where lucidd releases it
+    ("inbox=1,profiling=3,main=3:30", "profiling", 0, "0 inbox lucid:partition=profiling t=30"),
+    # left to Slurm, a job never goes into profiling (ahead of every queue) nor runs in the inbox
+    (UP, "profiling", 0, "0 main -"),
+    (UP, "inbox", 0, "0 main -"),
+    (UP, "profiling,research", 0, "0 research -"),
+    (DOWN, "profiling", 5, "0 main -"),
+    (DOWN, "gpu%d", 0, "-1 gpu%d -"),  # a name with a format directive: refused with its message
 ])
 def test_lua_routes_new_jobs_through_the_inbox_only_while_it_is_down(tmp_path, parts, asked, immediate, want):
     if shutil.which("lua5.1") is None:
@@ -287,8 +296,12 @@ def test_lua_routes_new_jobs_through_the_inbox_only_while_it_is_down(tmp_path, p
     stub.write_text(SUBMIT_STUB)
     asked, _, minutes = asked.partition("/")  # "research/5": -p research --time=5
     out = subprocess.run(["lua5.1", str(stub), LUA, parts, asked, str(immediate), minutes], capture_output=True,
-                         text=True, check=True).stdout
-    assert out.strip() == want, (parts, asked, immediate)
+                         text=True, check=True)
+    names = {p.split("=")[0] for p in parts.split(",")}
+    refused = next((p for p in asked.split(",") if p not in names), None)
+    assert out.stdout.strip() == want, (parts, asked, immediate, out.stderr)
+    if want.startswith("-1"):
+        assert out.stderr == f"invalid partition specified: '{refused}' (no such partition, or not one you may use)"
 
 
 def test_an_owners_list_set_after_a_lent_runs_release_is_left_alone(tmp_path):

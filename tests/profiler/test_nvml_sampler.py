@@ -641,6 +641,13 @@ def test_lucidd_reads_the_most_memory_any_row_of_a_run_held(tmp_path):
                             gmem_util_sum=1.0, gmem_unknown=True, gpus={0})
     store.save_gpu_profiles([unknown])
     assert store.profiling_gpu_profiles([7], "profiling")[7].gmem_mib is None
+    # a row of no partition (a helper seen before any process naming it) on a node of the run
+    helper = JobGpuProfile(8, "", "gpu1", 90, 95, samples=1, gmem_max_mib=22000.0, gpus={0})
+    run = JobGpuProfile(8, "profiling", "gpu1", 100, 120, samples=4, util_samples=4, gpu_util_sum=40.0,
+                        gmem_util_sum=8.0, gmem_max_mib=2000.0, gpus={0})
+    elsewhere = JobGpuProfile(8, "", "gpu9", 90, 95, samples=1, gmem_max_mib=30000.0, gpus={0})
+    store.save_gpu_profiles([helper, run, elsewhere])
+    assert store.profiling_gpu_profiles([8], "profiling")[8].gmem_mib == 22000.0
 
 
 def test_a_failed_flush_feeds_the_watchdog_and_the_heartbeat_waits(tmp_path, proc, monkeypatch):

@@ -164,6 +164,28 @@ local function refused_name(asked, part_list)
   return nil
 end
 
+-- Slurm gives a job without --time its partition's DefaultTime at submission, and keeps it when the
+-- job is moved: submitted to the inbox it would get the inbox's (none: the MaxTime of where it runs)
+-- instead of the one of the partition lucidd releases it to (`part`, the first of a list, as Slurm
+-- takes it)
+local function default_time_of(job_desc, part_list, part)
+  local p = part_list ~= nil and part ~= nil and part_list[part] or nil
+  local t = p ~= nil and p.default_time or nil
+  if not set(job_desc.time_limit) and t ~= nil and t ~= slurm.NO_VAL then
+    job_desc.time_limit = t
+  end
+end
+
+-- `asked` without lucidd's own partitions: left to Slurm, a job must not go into profiling (it runs
+-- ahead of every queue) nor run in the inbox itself (on every node, under the inbox's limits)
+local function without_lucidds(asked)
+  local keep = {}
+  for p in string.gmatch(asked or "", "[^,]+") do
+    if p ~= INBOX and p ~= PROFILING then keep[#keep + 1] = p end
+  end
+  return table.concat(keep, ",")
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
   if LUCIDD_PACKING then
     local rc = to_shards(job_desc)
@@ -171,30 +193,28 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   end
   local asked = job_desc.partition
   if not routing(part_list) or immediate(job_desc) then
-    -- left to Slurm, in the partition it asked for; one that asked for none goes to the partition
-    -- lucidd would release it to, not to the default one (the inbox)
-    if unset(asked) and part_list ~= nil and part_list[DEFAULT] ~= nil then
+    -- left to Slurm, in the partition it asked for; one that asked for none (or only lucidd's) goes
+    -- to the partition lucidd would release it to, not to the default one (the inbox)
+    local own = without_lucidds(asked)
+    if own ~= "" then
+      job_desc.partition = own
+    elseif part_list ~= nil and part_list[DEFAULT] ~= nil then
       job_desc.partition = DEFAULT
     end
     return slurm.SUCCESS
   end
   if unset(asked) or asked == INBOX then
+    default_time_of(job_desc, part_list, DEFAULT)
     return slurm.SUCCESS            -- the default partition is the inbox already
   end
   local bad = refused_name(asked, part_list)
   if bad ~= nil then
-    slurm.log_user("invalid partition specified: '" .. bad .. "' (no such partition, or not one you may use)")
+    -- a format string: the name is an argument, never part of it (`-p 'gpu%d'` broke the message)
+    slurm.log_user("invalid partition specified: '%s' (no such partition, or not one you may use)", bad)
     return slurm.ESLURM_INVALID_PARTITION_NAME or slurm.ERROR
   end
-  -- Slurm gives a job without --time its partition's DefaultTime at submission, and keeps it when
-  -- the job is moved: submitted to the inbox it would get the inbox's (none: the MaxTime of where it
-  -- runs) instead of the one of the partition it asked for (the first of a list, as Slurm takes it)
-  local first = string.match(asked, "^[^,]+")
-  local default_time = part_list ~= nil and first ~= nil and part_list[first] ~= nil
-                       and part_list[first].default_time or nil
-  if not set(job_desc.time_limit) and default_time ~= nil and default_time ~= slurm.NO_VAL then
-    job_desc.time_limit = default_time
-  end
+  local released = string.match(without_lucidds(asked), "^[^,]+")
+  default_time_of(job_desc, part_list, released or DEFAULT)
   note_admin(job_desc, TAG .. asked)
   job_desc.partition = INBOX
   return slurm.SUCCESS
