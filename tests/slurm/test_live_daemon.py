@@ -525,8 +525,10 @@ def test_dry_run_changes_nothing(clean_cluster, tmp_path, job_script, lucidd_fac
     acts = store.actions_for(job)
     assert acts and all(a.status == "dry-run" for a in acts)
     runs = sacct_runs(list(ids))
-    assert runs[job][-1][0] == "inbox"  # Slurm ran it where it was; lucidd moved nothing
-    assert all(len(runs[j]) == 1 and runs[j][0][0] == "inbox" for j in (short, long)), runs  # one run each
+    # Slurm ran each where it asked to run (job_submit.lua 6 routes no job while the inbox is UP: the
+    # shadow sees them in main, as if they had arrived there); lucidd moved nothing
+    assert runs[job][-1][0] == "main"
+    assert all(len(runs[j]) == 1 and runs[j][0][0] == "main" for j in (short, long)), runs  # one run each
     assert store.job(short).profile == "finished", store.job(short).profile_reason
     kinds = {a.kind: a.status for a in store.actions_for(long)}
     assert kinds.get("profile") == kinds.get("requeue") == kinds.get("release") == "dry-run", kinds
@@ -604,9 +606,11 @@ def test_a_job_requeued_into_the_closed_inbox_goes_to_its_partition(clean_cluste
     to the partition it asked for, unprofiled."""
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
     sh("scontrol", "update", "partitionname=inbox", "state=UP")  # as fail-open leaves it
-    # asked for by name: job_submit.lua 6 leaves jobs in their partitions while the inbox is open
-    # (an older script, or an admin, put them in the inbox itself)
-    job = sbatch(job_script, 120, "-p", "inbox", "--gres=gpu:1", name="ran-in-inbox")
+    # put there by an admin: job_submit.lua 6 leaves new jobs in their partitions while the inbox is
+    # open, and takes the inbox out of what they ask for (an older script routed them into it)
+    job = sbatch(job_script, 120, "--gres=gpu:1", "--hold", name="ran-in-inbox")
+    sh("scontrol", "update", f"jobid={job}", "partition=inbox")
+    sh("scontrol", "release", str(job))
     wait_until(lambda: any(j["job_id"] == job and j["job_state"] == "RUNNING" and j["partition"] == "inbox"
                            for j in squeue()), 30, "the job to start in the open inbox")
     daemon = lucidd_factory(cfg).start()
