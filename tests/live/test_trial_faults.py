@@ -302,6 +302,19 @@ def test_a_stop_in_the_cycle_that_requeued_a_job_waits_for_the_requeue_and_relea
 # -- a review of the database path (2 December 2026) -------------------------------------------------
 
 
+def _running_daemon(tmp_path):
+    """(daemon, slurm, clock): a started lucidd on an in-memory cluster, after one good cycle."""
+    from .memslurm import Clock, MemSlurm
+
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    d = _daemon(tmp_path, slurm, clock)
+    d.start()
+    clock.t += 10
+    assert d.run_once()
+    return d, slurm, clock
+
+
 def _flaky_applied(store, kinds=None):
     """store.record_actions failing when an action is marked applied (the database died after the send)."""
     from lucidd.live.store import StoreError
@@ -395,14 +408,7 @@ def test_after_an_outage_the_instance_lock_is_checked_before_anything_is_written
     from lucidd.daemon import InstanceLockLost
     from lucidd.live.store import SchemaTooNew, StoreError
 
-    from .memslurm import Clock, MemSlurm
-
-    clock = Clock()
-    slurm = MemSlurm(clock)
-    d = _daemon(tmp_path, slurm, clock)
-    d.start()
-    clock.t += 10
-    assert d.run_once()
+    d, slurm, clock = _running_daemon(tmp_path)
     real = d.reconciler.cycle
     d.reconciler.cycle = lambda: (_ for _ in ()).throw(StoreError("server closed the connection (test)"))
     clock.t += 10
@@ -426,15 +432,8 @@ def test_a_database_that_reads_and_refuses_writes_is_not_said_to_be_back(tmp_pat
     "database is back ... lucidd resumes" and the real error only once."""
     from sqlalchemy import event
 
-    from .memslurm import Clock, MemSlurm
-
     caplog.set_level("INFO")
-    clock = Clock()
-    slurm = MemSlurm(clock)
-    d = _daemon(tmp_path, slurm, clock)
-    d.start()
-    clock.t += 10
-    assert d.run_once()
+    d, slurm, clock = _running_daemon(tmp_path)
 
     @event.listens_for(d.store.engine, "connect")
     def read_only(dbapi_conn, _record):
