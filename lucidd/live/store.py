@@ -342,16 +342,16 @@ class Store:
 
     def _upgrade(self):
         """Columns added since schema 1, added to a database an older lucidd created (create_all
-        makes missing tables only): those named below, then any other the model has. Each is nullable or has a default, so old rows stay valid. The
-        VARCHAR(200) columns of schema 2 and before become TEXT where the database enforces a length."""
+        makes missing tables only): `lent` with its server default, then any other the model has
+        (schema 5's time_limit_s among them). Each is nullable or has a default, so old rows stay
+        valid. The VARCHAR(200) columns of schema 2 and before become TEXT where the database
+        enforces a length."""
         from sqlalchemy import inspect
 
         insp = inspect(self.engine)
         have = {c["name"] for c in insp.get_columns("jobs")}
         dialect = self.engine.dialect.name
         with self.engine.begin() as c:
-            if "time_limit_s" not in have:
-                c.exec_driver_sql("ALTER TABLE jobs ADD COLUMN time_limit_s BIGINT")
             if "lent" not in have:
                 c.exec_driver_sql("ALTER TABLE jobs ADD COLUMN lent BOOLEAN DEFAULT FALSE")
             elif dialect == "postgresql" and not next(col for col in insp.get_columns("jobs")
