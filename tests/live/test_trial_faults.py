@@ -465,10 +465,11 @@ def test_a_first_cut_database_gets_every_column_the_model_has(tmp_path):
     with raw.begin() as c:
         c.exec_driver_sql("ALTER TABLE jobs DROP COLUMN started_ahead_of")
         c.exec_driver_sql("ALTER TABLE jobs DROP COLUMN partition_ran")  # one with a default
+        c.exec_driver_sql("ALTER TABLE jobs DROP COLUMN time_limit_s")  # schema 5's, before schema 1-4 databases
         c.exec_driver_sql("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     raw.dispose()
     s = Store(url).create()
     assert s.open_jobs() == {}
     s.save_jobs([JobRow(job_id=1, first_seen=1, original_submit=1, requested_partition=None, target_partition="main",
-                        name="t", user="u", account="a", gpus=1, started_ahead_of=2)], new_ids={1})
-    assert s.job(1).started_ahead_of == 2 and s.job(1).partition_ran == ""
+                        name="t", user="u", account="a", gpus=1, started_ahead_of=2, time_limit_s=60)], new_ids={1})
+    assert s.job(1).started_ahead_of == 2 and s.job(1).partition_ran == "" and s.job(1).time_limit_s == 60
