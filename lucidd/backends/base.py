@@ -183,6 +183,8 @@ class Partition:
     total_gpus: int = 0
     max_time_s: int | None = None  # MaxTime (None: UNLIMITED, or not said)
     max_time: str = ""  # MaxTime as Slurm prints it, which tells UNLIMITED from a form not read
+    priority_tier: int | None = None  # PriorityTier (None: not said)
+    preempt_mode: str = ""  # PreemptMode as Slurm prints it (the cluster's own where the partition sets none)
 
 
 @dataclass

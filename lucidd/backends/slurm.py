@@ -369,9 +369,11 @@ def parse_partitions(text: str, nodes: dict) -> dict:
         if not name:
             continue
         members = tuple(n for n, info in nodes.items() if name in info.partitions)
+        tier = fields.get("PriorityTier", "")
         out[name] = Partition(name, fields.get("State", "UP").upper() == "UP", members,
                               sum(nodes[n].gpus for n in members), slurm_minutes_s(fields.get("MaxTime", "")),
-                              fields.get("MaxTime", ""))
+                              fields.get("MaxTime", ""), int(tier) if tier.isascii() and tier.isdigit() else None,
+                              fields.get("PreemptMode", ""))
     return out
 
 

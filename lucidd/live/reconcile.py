@@ -211,6 +211,9 @@ HISTORY_CURSOR_KEY = "history_read_to"  # meta: where the sacct reads have got t
 HISTORY_OVERLAP_S = 3600  # each read starts this much before the last one ended: slurmdbd may record late
 HISTORY_FIRST_SPAN_S = 86400  # a backlog's first window
 HISTORY_MIN_SPAN_S = 3600
+# How often lucidd asks slurmctld for its PreemptType (one `scontrol show config`): each cycle reads
+# the partitions' PriorityTier and PreemptMode, which an admin can change at run time
+PREEMPT_TYPE_RECHECK_S = 600
 PRUNE_BATCH = 20000  # ended jobs (with their actions) and cycles one prune deletes: about a second, even on a first prune
 HISTORY_ROWS_WANTED = 4000  # ~25 MB of sacct JSON a window
 # GPU packing with [packing] gpu_memory_mib = 0
@@ -264,6 +267,12 @@ class Reconciler:
         self._warned_no_profiling = False  # a shadow said once that Slurm has no profiling partition
         self._partition_gpu_nodes = None  # what PARTITION_GPU_NODES_KEY was last written with
         self._profiles_on = frozenset()  # the profiling partition's nodes, as of this cycle
+        self._preempt_type = None  # slurmctld's PreemptType (None: not read, or could not be)
+        self._preempt_read = None  # monotonic time of its last read
+        self._preempt_view = None  # the partitions' (name, PriorityTier, PreemptMode) at that read
+        # the partitions a profiling run would preempt, as last said (None: not yet this run; the
+        # first cycle also clears a finding a lucidd before this one stored)
+        self._preempts_said = None
         self.clock = clock
         s = config.slurm
         self.inbox = s.inbox_partition
@@ -474,8 +483,21 @@ class Reconciler:
             else:
                 keep.append(j)
         inbox_jobs = keep
-        in_profiling = [seen[jid] for jid, r in records.items()
-                        if seen[jid].partition == self.profiling and not seen[jid].ended]  # ended: a shadow's view
+        withdrawn = set()
+        if preempts := self._profiling_preempts(snap):
+            # Slurm would start a profiling run by preempting a job it shares a node with: nobody is
+            # profiled, and jobs admitted there and not started go back before Slurm starts them so
+            why = (f"not profiled: a run in {self.profiling} would preempt running jobs of {', '.join(preempts)} "
+                   f"(PreemptType=preempt/partition_prio; see lucidd's log or `lucidctl status`)")
+            direct += [(j.job_id, why) for j in inbox_jobs]
+            inbox_jobs = []
+            for jid, r in records.items():
+                j = seen[jid]
+                if j.partition == self.profiling and j.pending and r.profile == "admitted" and r.profile_start is None:
+                    direct.append((jid, why.replace("not profiled: ", "not profiled: admitted, not started; ", 1)))
+                    withdrawn.add(jid)
+        in_profiling = [seen[jid] for jid, r in records.items() if seen[jid].partition == self.profiling
+                        and not seen[jid].ended and jid not in withdrawn]  # ended: a shadow's view
         waiting = [seen[jid] for jid in records if seen[jid].pending and self.is_managed(seen[jid].partition)]
         self._profiles_on = self._profiling_nodes(snap)
         prof_gpus = sum(n.gpus for n in snap.nodes.values() if n.name in self._profiles_on and n.usable)
@@ -582,6 +604,45 @@ class Reconciler:
             return (f"its time limit, {j.time_limit_s} s, is above {r.target_partition}'s MaxTime "
                     f"({max(p.max_time_s for p in parts)} s)")
         return None
+
+    def _profiling_preempts(self, snap) -> list:
+        """The partitions whose running jobs Slurm would preempt to start a profiling run
+        (slurm_settings.preempted_by_profiling), from this cycle's partitions and slurmctld's
+        PreemptType, read again every PREEMPT_TYPE_RECHECK_S and when a partition's PriorityTier or
+        PreemptMode changes. A PreemptType that could not be read
+        keeps the last one known (none yet: not checked) and is asked again a minute later. Said in
+        the log and in `lucidctl status` when the finding changes."""
+        from .slurm_settings import PREEMPT_WARNING_PREFIX, preempted_by_profiling, preemption_warning
+
+        mono = self.monotonic()
+        # `scontrol reconfigure` switches PreemptType at once (seen on 22.05), and the partitions'
+        # PreemptMode show it at the same moment: OFF for every partition under preempt/none, the
+        # cluster's mode under partition_prio. A change there is asked about at this cycle.
+        view = tuple(sorted((n, p.priority_tier, p.preempt_mode) for n, p in snap.partitions.items()))
+        if view != self._preempt_view:
+            self._preempt_view, self._preempt_read = view, None
+        if self._preempt_read is None or mono - self._preempt_read >= PREEMPT_TYPE_RECHECK_S:
+            try:
+                self._preempt_type = self.backend.controller_config().get("PreemptType", self._preempt_type)
+                self._preempt_read = mono
+            except BackendError as exc:
+                log.warning("slurmctld's PreemptType not read this cycle (%s): %s", exc,
+                            "not checked yet" if self._preempt_type is None else f"still {self._preempt_type}")
+                self._preempt_read = mono - PREEMPT_TYPE_RECHECK_S + 60
+        found = preempted_by_profiling(self._preempt_type, snap.partitions, self.profiling)
+        if found != self._preempts_said:
+            text = preemption_warning(found, snap.partitions, self.profiling) if found else None
+            stored = json.loads(self.store.get_meta("slurm_warnings") or "null")
+            lines = [w for w in stored or () if not str(w).startswith(PREEMPT_WARNING_PREFIX)] + ([text] if text else [])
+            if lines != (stored or []):
+                self.store.set_meta("slurm_warnings", json.dumps(lines))
+            if text:
+                log.error("slurm.conf: %s", text)
+            elif self._preempts_said:
+                log.warning("slurm.conf: a run in %s no longer preempts any partition's jobs: profiling is on again",
+                            self.profiling)
+            self._preempts_said = found
+        return found
 
     def _partition_gpu_memory(self, snap) -> dict:
         """partition -> {GPU node: its smallest GPU's MiB as its sampler last said, or None}. The

@@ -82,3 +82,49 @@ def slurm_settings_warnings(config: dict, max_times: dict, ordered: set, orderin
                            "holds GPUs idle for its reservations: replay both on your jobs first, `lucidctl "
                            "simulate --bf-window MINUTES` (docs/deploy.md, slurm.conf)")
     return out
+
+
+PARTITION_PRIO = "preempt/partition_prio"
+PREEMPT_WARNING_PREFIX = "PreemptType=preempt/partition_prio:"  # how the stored warning is found again
+
+
+def preempted_by_profiling(preempt_type: str | None, partitions: dict, profiling: str) -> list:
+    """The partitions whose running jobs Slurm would preempt to start a job in `profiling`, sorted.
+
+    Under `PreemptType=preempt/partition_prio` a job of a higher PriorityTier partition preempts
+    jobs of lower tiers on the nodes it needs, by each one's PreemptMode (REQUEUE, CANCEL, SUSPEND;
+    not OFF). The profiling partition sits above the others (PriorityTier=2, docs/deploy.md) so that
+    its runs start first: on such a site one admitted 1-GPU run found its GPUs taken and Slurm
+    requeued an 8-GPU job of `main` to start it (seen on Slurm 22.05; under CANCEL the job is
+    gone). A partition counts when it shares a node with `profiling` (or either's nodes are not
+    known), has a lower PriorityTier and a PreemptMode other than OFF. Pure: `partitions` is
+    {name: backends.base.Partition} as a cycle reads them; a tier or mode not read is not judged
+    (no finding on a guess), nor is any other PreemptType (preempt/qos goes by the job's QOS, which
+    lucidd's moves do not change)."""
+    if (preempt_type or "").strip() != PARTITION_PRIO:
+        return []
+    prof = partitions.get(profiling)
+    if prof is None or prof.priority_tier is None:
+        return []
+    out = []
+    for name, p in partitions.items():
+        if name == profiling or p.priority_tier is None or p.priority_tier >= prof.priority_tier:
+            continue
+        mode = (p.preempt_mode or "").strip().upper()
+        if not mode or mode == "OFF":
+            continue
+        if p.nodes and prof.nodes and not set(p.nodes) & set(prof.nodes):
+            continue
+        out.append(name)
+    return sorted(out)
+
+
+def preemption_warning(preempted: list, partitions: dict, profiling: str) -> str:
+    """The one line that says so, in the log and in `lucidctl status` (slurm_warnings)."""
+    prof = partitions[profiling]
+    each = ", ".join(f"{n} (PriorityTier {partitions[n].priority_tier}, PreemptMode {partitions[n].preempt_mode})"
+                     for n in preempted)
+    return (f"{PREEMPT_WARNING_PREFIX} a job started in {profiling} (PriorityTier {prof.priority_tier}) would preempt "
+            f"running jobs of {each}: lucidd profiles no job while this holds (new jobs go straight to their "
+            f"partitions, jobs admitted to {profiling} and not started go back there). Give those partitions "
+            f"PreemptMode=OFF in slurm.conf (docs/deploy.md, slurm.conf)")

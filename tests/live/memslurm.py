@@ -40,6 +40,11 @@ class MemSlurm(Backend):
         # ends the job there to play a run that ended after the cycle's snapshot
         self.before_requeue_check = None
         self.signals = []  # (job_id, signal, batch_only) sent
+        self.config = {}  # what `scontrol show config` would print ({}: this backend cannot tell)
+        self.config_reads = 0
+        self.config_fails = None  # a BackendError controller_config() raises, when a test sets one
+        self.tiers = {}  # partition -> PriorityTier (not set: not said)
+        self.preempt_modes = {}  # partition -> PreemptMode as scontrol prints it
 
     # -- what a test does to the cluster ----------------------------------------------------------
     def submit(self, job_id: int, partition="main", gpus=1, **kw) -> LiveJob:
@@ -68,7 +73,8 @@ class MemSlurm(Backend):
     # -- Backend ------------------------------------------------------------------------------------
     def snapshot(self) -> ClusterSnapshot:
         total = sum(n.gpus for n in self.nodes.values())
-        parts = {p: Partition(p, self.inbox_up if p == "inbox" else True, tuple(self.nodes), total)
+        parts = {p: Partition(p, self.inbox_up if p == "inbox" else True, tuple(self.nodes), total,
+                              priority_tier=self.tiers.get(p), preempt_mode=self.preempt_modes.get(p, ""))
                  for p in self.partitions}
         return ClusterSnapshot(int(self.clock()), [replace(j) for j in self.jobs.values()], parts, dict(self.nodes))
 
@@ -114,6 +120,12 @@ class MemSlurm(Backend):
 
     def controller_boot_time(self):
         return self.boot_time
+
+    def controller_config(self) -> dict:
+        self.config_reads += 1
+        if self.config_fails is not None:
+            raise self.config_fails
+        return dict(self.config)
 
     def requeue(self, job_id: int) -> None:
         def incomplete(jid):  # `scontrol requeue Incomplete`: a job that has ended is left alone
