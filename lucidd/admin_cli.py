@@ -507,6 +507,14 @@ def models_data(cfg, store) -> dict | None:
     return load_decider(cfg.daemon.decider, cfg).describe_models(store)
 
 
+def _figure(value, fn=None) -> str:
+    """A holdout figure to two places; n/a where there is none (a holdout of one constant duration,
+    every job at the same time limit, has no rank correlation: stored as null)."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return f"{fn(value) if fn else value:.2f}"
+
+
 def models_text(d: dict | None) -> list:
     """`lucidctl models` as text lines, from `models_data`'s dict."""
     from models.render import render_table
@@ -531,8 +539,8 @@ def models_text(d: dict | None) -> list:
         h = c["holdout"] or {}
         if h.get("n"):
             lines.append(f"  on the {h['n']:,} jobs held out at its fit: median |log error| "
-                         f"{h['median_abs_log_error']:.2f} (x{math.exp(h['median_abs_log_error']):.2f}), "
-                         f"Spearman {h['spearman']:.2f}")
+                         f"{_figure(h.get('median_abs_log_error'))} (x{_figure(h.get('median_abs_log_error'), math.exp)}), "
+                         f"Spearman {_figure(h.get('spearman'))}")
         if c["dropped_features"]:
             lines.append(f"  inputs the history lacks, left out: {', '.join(c['dropped_features'])}")
         if c["terms"]:

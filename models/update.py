@@ -417,18 +417,26 @@ class ModelStore:
             os.close(fd)
 
     def read_log(self, kind: str | None = None, event: str | None = None) -> list[dict]:
-        """Parsed log records (optionally of one kind / event); unparseable lines are skipped with a warning."""
+        """Parsed log records (optionally of one kind / event); unparseable lines are skipped with a
+        warning, each on its own: one bad byte (a hand edit, a bad disk block) once made the whole
+        log unreadable, and with it the update engine, so no model served and none was refitted (a
+        review). A log that cannot be read at all (permissions, a directory there) is read as empty,
+        with a warning: the model files stand without it."""
         try:
-            text = self.log_path.read_text(encoding="utf-8")
+            data = self.log_path.read_bytes()
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            log.warning("%s: cannot be read (%s): the update log is taken as empty", self.log_path,
+                        exc.strerror or exc)
+            return []
         out = []
-        for i, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
+        for i, raw in enumerate(data.splitlines(), 1):
+            if not raw.strip():
                 continue
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
+                rec = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
                 log.warning("%s:%d: not JSON, skipped", self.log_path, i)
                 continue
             if not isinstance(rec, dict):

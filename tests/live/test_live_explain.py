@@ -128,6 +128,10 @@ def test_models_shows_the_current_model_what_it_looks_at_and_its_refits(tmp_path
     assert [(r["version"], r["decision"]) for r in m["refits"]] == [(1, "swapped")]
     text = "\n".join(models_text(m))
     assert text.startswith("duration model: EBM v1") and "what it looks at" in text and "v1 swapped" in text
+    # a holdout of one constant duration (every job at the same time limit) has no Spearman: stored
+    # as null, and the text once failed on it with a TypeError (a review, 2 December 2026)
+    c["holdout"] = dict(c["holdout"] or {"n": 40, "median_abs_log_error": 1.7}, spearman=None)
+    assert "Spearman n/a" in "\n".join(models_text(m))
     # before any fit: the rule of means, and how many jobs the first fit needs
     empty = config_from_dict({"daemon": {"state_dir": str(tmp_path / "b")}, "models": {"dir": str(tmp_path / "none")}})
     store_b = Store(empty.database.url).create()

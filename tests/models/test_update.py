@@ -514,3 +514,19 @@ def test_a_clock_put_back_makes_the_refit_due(tmp_path, jobs):
     assert eng.due_reason(8 * DAY).startswith("clock went back")
     assert eng.refit_duration(jobs, 8 * DAY).trigger == "clock"
     assert not eng.due(8 * DAY + DAY) and eng.due(8 * DAY + WEEK)
+
+
+def test_a_bad_byte_or_an_unreadable_log_costs_only_its_line(tmp_path, model, caplog):
+    """A review (2 December 2026): one byte that is not UTF-8 in updates.jsonl made the whole log
+    unreadable, so the update engine could not be built: no model served (the rule of means for
+    every job) and no refit ever ran, until an admin edited the file."""
+    store = ModelStore(tmp_path)
+    store.log_event({"kind": "duration", "event": "note", "n": 1})
+    with open(store.log_path, "ab") as f:
+        f.write(b"\xff\xfe not text\n")
+    store.log_event({"kind": "duration", "event": "note", "n": 2})
+    assert [r["n"] for r in store.read_log()] == [1, 2]
+    assert ":2: not JSON, skipped" in caplog.text
+    store.log_path.unlink()
+    store.log_path.mkdir()  # a directory where the log should be: read as empty, said
+    assert store.read_log() == [] and "cannot be read" in caplog.text
