@@ -826,7 +826,7 @@ class UpdateEngine:
         """
         out = []
         for kind in self.config.kinds:
-            if (kind == "duration" and not self.due(now, kind) and self._drift_check_due(now)
+            if (kind == "duration" and not self.due(now, kind) and self.drift_check_due(now)
                     and self.current("duration") is not None):
                 self.measure_drift(jobs_df, now, origin)
             if self.due(now, kind):
@@ -836,7 +836,9 @@ class UpdateEngine:
                     out.append(self.refit_throughput(jobs_df, now, origin))
         return out
 
-    def _drift_check_due(self, now: int) -> bool:
+    def drift_check_due(self, now: int) -> bool:
+        """True when the duration model's drift is to be measured at ``now`` (maybe_refit does it):
+        ``drift_check_every_s`` after the last measure or refit attempt, or the clock went back."""
         last = self._last_drift.get("duration")
         attempt = self._last_attempt.get("duration")
         ref = max([r["time"] for r in (last, attempt) if r is not None], default=None)

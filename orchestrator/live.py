@@ -683,7 +683,9 @@ class LiveEstimator:
         if hist is None or len(hist) < self.min_jobs:
             return None, []
         engine = self.engine()
-        if not engine.due(now, "duration"):
+        # a drift measure that is due runs in maybe_refit too, and refits at once when it flags one:
+        # gated on a due refit alone, the daemon never measured drift (a review, 2 December 2026)
+        if not engine.due(now, "duration") and not engine.drift_check_due(now):
             return None, []
         results = engine.maybe_refit(hist, now)
         return "; ".join(f"{r.kind} model: {r.decision} ({r.reason})" for r in results) or None, results

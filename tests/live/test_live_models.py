@@ -107,3 +107,32 @@ def test_a_broken_current_model_serves_the_previous_one_and_a_default_is_estimat
     lj = LiveJob(9002, gpus=1, submit_time=NOW, partition="main")
     assert live_job(lj, record("fallback:same_gpu_mean")).estimate == 3600.0  # made once, kept
     assert live_job(lj, record("default")).estimate is None  # estimated again at this cycle
+
+
+def test_the_daemon_measures_drift_and_refits_early_when_it_is_flagged(tmp_path):
+    """A review (2 December 2026): the daemon asked the update engine for a refit only when one was
+    due by the schedule, so the drift measure (docs/models-update.md) never ran live, and a model
+    ten times off stayed until the weekly refit."""
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "models": {"min_history_jobs": 100}})
+    store = Store(cfg.database.url).create()
+    store.add_history(_history(2000))
+    d = LucidDecider(cfg)
+    d.background(store, NOW)
+    d._refit_thread.join(300)
+    assert [v.decision for v in store.model_versions()] == ["swapped"]
+    # from a day after the fit on, every job runs for 600-4,200 s, whatever its width
+    shifted = []
+    for k, r in enumerate(_history(2000, seed=2)):
+        dur = 600 * (k % 7 + 1)
+        start = NOW + 86400 + k * 60
+        shifted.append(r | {"job_id": 100000 + k, "submit_time": start - 10, "start_time": start,
+                            "end_time": start + dur, "duration": dur})
+    store.add_history(shifted)
+    later = NOW + int(2.5 * 86400)  # drift_check_every_s (1 day) after the fit; the weekly refit is not due
+    d.background(store, later)
+    d._refit_thread.join(300)
+    engine = d.estimator.engine()
+    (drift,) = engine.store.read_log(event="drift")
+    assert drift["flagged"]
+    assert [v.decision for v in store.model_versions()] == ["swapped", "swapped"]
+    assert engine.store.read_log(event="refit")[-1]["trigger"] == "drift"
