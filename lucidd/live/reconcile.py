@@ -1343,6 +1343,18 @@ class Reconciler:
             # stored, not the whole window again (minutes to merge)
             saved = self.store.get_meta(HISTORY_CURSOR_KEY)
             self.history_from = max(now - days, int(float(saved)) if saved else self.store.history_fingerprint()[1])
+        if self.history_from > now or self.last_history_read > now + HISTORY_OVERLAP_S:
+            # The clock went back (it was ahead: a controller that booted before time sync). The last
+            # read, dated ahead, would hold the next one off until the clock caught up with it, and
+            # its cursor lies in the future: jobs that end meanwhile were never read (a review). Read
+            # again from the newest job stored, at this cycle.
+            newest = self.store.history_fingerprint()[1]
+            back_to = min(self.history_from, newest or now, now)
+            log.warning("the clock went back (the last read of finished jobs is dated %s): they are read again "
+                        "from %s", time.strftime("%Y-%m-%d %H:%M", time.localtime(max(self.history_from,
+                                                                                      self.last_history_read))),
+                        time.strftime("%Y-%m-%d %H:%M", time.localtime(back_to)))
+            self.history_from, self.last_history_read = back_to, 0
         self.history_from = max(self.history_from, now - days)
         # a backlog is read at every cycle, unless the last read failed (then at the usual pace)
         backlog = (now - self.history_from > self.cfg.daemon.history_interval_s + HISTORY_OVERLAP_S

@@ -203,3 +203,33 @@ def test_a_restart_mid_backlog_does_not_skip_the_jobs_between_the_window_read_an
     have = {r.job_id for r in store.history(0)}
     missing = [j["job_id"] for j in jobs if j["job_id"] not in have]
     assert not missing, f"{len(missing)} finished job(s) never read into the history after the restart"
+
+
+def test_a_clock_put_back_after_running_ahead_does_not_stop_the_history_reads(tmp_path):
+    """A review (2 December 2026): one read with the clock 8 h ahead (a controller that booted
+    before time sync), then the clock put back. The read dated ahead held every later one off until
+    the clock caught up with it, and its cursor lay in the future: the 36 jobs that ended in the
+    next 6 h never reached the models' history. lucidd's own restart found the cursor there too."""
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models"), "history_days": 60}})
+    clock = Clock(NOW)
+    slurm = MemSlurm(clock)
+    ended = [(k, NOW - DAY + k * 60) for k in range(1, 100)]
+    slurm.finished_jobs = lambda since, until=None: [_sacct_job(j, e - 100, e - 100, e) for j, e in ended
+                                                     if e >= since and (until is None or e <= until)]
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
+    for t in range(NOW - 600, NOW, 10):  # the backlog, then the ordinary reads
+        rec.read_history(t)
+    assert store.history_count() == 99
+    rec.read_history(NOW + 8 * 3600)  # the clock ahead: nothing new has ended yet
+    for k, t in enumerate(range(NOW + 600, NOW + 6 * 3600, 600)):  # put back; jobs end in real time
+        ended.append((1000 + k, t - 30))
+        rec.read_history(t)
+    assert store.history_count() == 99 + len(range(NOW + 600, NOW + 6 * 3600, 600))
+    # a restart finds the saved cursor in the future, and reads from the newest job stored
+    store.set_meta("history_read_to", str(NOW + 8 * 3600))
+    ended.append((2000, NOW + 6 * 3600 - 10))
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=lambda: clock.t)
+    rec.read_history(NOW + 6 * 3600)
+    assert store.history_count() == 99 + 35 + 1 and rec.history_from == NOW + 6 * 3600
