@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 import warnings
 from collections import Counter
 from typing import Iterable
@@ -45,7 +46,10 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 # a hex run of >= 6 characters that contains at least one digit, not glued to other letters/digits
 _HEX = re.compile(r"(?<![0-9a-z])(?=[a-f]*\d)[0-9a-f]{6,}(?![0-9a-z])")
 _DIGITS = re.compile(r"\d+")
-_PUNCT = re.compile(r"[^0-9a-z]+")
+# anything but a letter or a digit, in any script: `[^0-9a-z]` read a name in Chinese or Cyrillic
+# as missing ("训练任务_v2" -> "v"), so the name features said nothing on such clusters (a review);
+# on ASCII names the two are the same
+_PUNCT = re.compile(r"[\W_]+")
 
 
 def normalise_name(name: object) -> str:
@@ -65,7 +69,9 @@ def normalise_name(name: object) -> str:
 def _normalise(name: str) -> str:
     # cached: the live estimator normalises every name of its history (hundreds of thousands on a
     # large cluster, most of them repeats) for each new job's features: 1 s a cycle uncached
-    s = name.lower()
+    # NFKC: one form per letter (an accent composed or not; full-width Latin as ASCII), so that an
+    # accent is not a separator
+    s = unicodedata.normalize("NFKC", name).lower()
     s = _UUID.sub(" ", s)
     s = _DATE.sub(" ", s)
     s = _TIME.sub(" ", s)

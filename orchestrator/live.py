@@ -675,7 +675,10 @@ class LiveEstimator:
             # the next cycle, any other source is kept for good (an admin trial saw two identical jobs
             # 7,000 SiteFactor points apart after a restart)
             src = ["default"] * len(jobs)
-        return {j.job_id: (float(e) if e == e and e > 0 else self.default_s, s) for j, e, s in zip(jobs, est, src)}
+        # no usable figure (a rule of means over jobs that all ended at once: 0 s): the default, said as
+        # such, not under the rule's name (it was kept for good as the rule's estimate: a review)
+        return {j.job_id: (float(e), s) if e == e and e > 0 else (self.default_s, "default")
+                for j, e, s in zip(jobs, est, src)}
 
     def refit(self, now: int) -> str | None:
         with self._lock:

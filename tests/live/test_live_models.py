@@ -136,3 +136,19 @@ def test_the_daemon_measures_drift_and_refits_early_when_it_is_flagged(tmp_path)
     assert drift["flagged"]
     assert [v.decision for v in store.model_versions()] == ["swapped", "swapped"]
     assert engine.store.read_log(event="refit")[-1]["trigger"] == "drift"
+
+
+def test_a_rule_of_means_of_0_s_gives_the_default_said_as_such(tmp_path):
+    """A review (2 December 2026): twelve finished 1-GPU jobs that all ended in their first second
+    gave a mean of 0 s; the estimate became the default 3,600 s but kept the rule's name, and with
+    it the job kept 3,600 s for good (a default is estimated again at the next cycle)."""
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "models": {"min_history_jobs": 100}})
+    store = Store(cfg.database.url).create()
+    store.add_history([r | {"gpus": 1, "end_time": r["start_time"], "duration": 0} for r in _history(12)])
+    d = LucidDecider(cfg)
+    d.background(store, NOW)
+    if d._refit_thread is not None:
+        d._refit_thread.join(60)
+    (got,) = d.estimator.estimate([live_job(LiveJob(9001, user="u3", gpus=1, submit_time=NOW, partition="main"),
+                                            None)]).values()
+    assert got == (cfg.ordering.default_estimate_s, "default")

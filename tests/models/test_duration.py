@@ -323,6 +323,11 @@ def test_normalise_name():
     assert normalise_name("resnet_lr0.1_seed1") == normalise_name("resnet_lr0.1_seed2") == "resnet_lr_seed"
     assert normalise_name("train-2020-09-01-3fa9c2d1") == "train"
     assert normalise_name("") == "" and normalise_name(None) == ""
+    # names in any script keep their letters (`[^0-9a-z]` once read these as "v", "bert" and "r_sum_lr");
+    # an accent, composed or not, is part of its letter; full-width Latin reads as ASCII
+    assert normalise_name("训练任务_v2") == "训练任务_v" and normalise_name("обучение-bert") == "обучение_bert"
+    assert normalise_name("résumé_lr0.1") == normalise_name("re\u0301sume\u0301_lr0.2") == "résumé_lr"
+    assert normalise_name("ＲｅｓＮｅｔ_seed3") == normalise_name("ResNet_seed4") == "resnet_seed"
 
 
 def test_name_buckets_group_families():
