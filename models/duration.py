@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from models.base import Contribution, Explanation, ModelError, load_model, make_stamp, portable_ebm, save_model
-from models.names import NameBuckets, normalise_name
+from models.names import NameBuckets, normalise_names
 
 __all__ = [
     "DurationModel",
@@ -101,6 +101,9 @@ def _canonical(df: pd.DataFrame, need_duration: bool = False, id_prefix: str = "
             out[col] = vals
         else:
             out[col] = np.full(n, "", dtype=object)
+    if "name_norm" in df.columns:  # normalised already (the daemon's history, once per read of it)
+        s = df["name_norm"]
+        out["name_norm"] = s.astype(object).where(s.notna(), "").astype(str).to_numpy(object)
     out["gpu_num"] = pd.to_numeric(df["gpu_num"], errors="coerce").fillna(0).astype(np.int64).to_numpy()
     if "cpu_num" in df.columns:
         out["cpu_num"] = pd.to_numeric(df["cpu_num"], errors="coerce").fillna(0).astype(np.int64).to_numpy()
@@ -263,8 +266,9 @@ def compute_features(
     out["user_since_prev_s"] = np.where(known_user & (n > 0), t - last, np.nan)
 
     # same normalised name (within the user when users are known)
-    nq = np.array([normalise_name(x) for x in q["name"].to_numpy(object)], dtype=object)
-    nh = np.array([normalise_name(x) for x in h_ended["name"].to_numpy(object)], dtype=object)
+    nq = q["name_norm"].to_numpy(object) if "name_norm" in q.columns else normalise_names(q["name"].to_numpy(object))
+    nh = (h_ended["name_norm"].to_numpy(object) if "name_norm" in h_ended.columns
+          else normalise_names(h_ended["name"].to_numpy(object)))
     lk = _Lookup(pair(uh, nh), end, logd, pair(uq, nq), t)
     _, mean, _, _ = lk.stats(*lk.bounds(strict=False), k)
     out["name_recent_gmean_s"] = np.where(nq != "", np.expm1(mean), np.nan)

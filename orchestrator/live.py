@@ -461,14 +461,18 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
 
 
 def history_frame(rows) -> pd.DataFrame:
-    """The store's history rows as the duration model's jobs table."""
+    """The store's history rows as the duration model's jobs table, with each name normalised here,
+    once per read of the history, not again at every cycle that estimates new jobs."""
+    from models.names import normalise_names
+
     # column by column: a frame built from one dict per row took as long as the read itself
+    names = [r.name for r in rows]
     return pd.DataFrame({"job_id": [str(r.job_id) for r in rows],
                          "submit_time": [int(r.submit_time) for r in rows],
                          "duration": [int(r.duration) for r in rows], "gpu_num": [int(r.gpus) for r in rows],
                          "user": [r.user for r in rows], "vc": [r.partition for r in rows],
-                         "name": [r.name for r in rows]},
-                        columns=["job_id", "submit_time", "duration", "gpu_num", "user", "vc", "name"])
+                         "name": names, "name_norm": normalise_names(names)},
+                        columns=["job_id", "submit_time", "duration", "gpu_num", "user", "vc", "name", "name_norm"])
 
 
 _EBM_SOURCE = re.compile(r"^ebm:v([0-9]+)")
