@@ -620,14 +620,18 @@ class LiveEstimator:
         self._engine = None
         self._history = None  # DataFrame of finished jobs, refreshed by `refresh_history`
         self._lock = threading.Lock()
+        self._engine_lock = threading.Lock()
 
     def engine(self):
-        if self._engine is None:
-            from models.update import UpdateConfig, UpdateEngine
+        # made once, under a lock: the cycle thread and the refit thread both ask for it, and two
+        # engines would each keep their own refit schedule (a review)
+        with self._engine_lock:
+            if self._engine is None:
+                from models.update import UpdateConfig, UpdateEngine
 
-            self._engine = UpdateEngine(self.models_dir, UpdateConfig(refit_every_s=self.refit_every_s,
-                                                                      min_train_jobs=self.min_jobs))
-        return self._engine
+                self._engine = UpdateEngine(self.models_dir, UpdateConfig(refit_every_s=self.refit_every_s,
+                                                                          min_train_jobs=self.min_jobs))
+            return self._engine
 
     def set_history(self, rows):
         frame = history_frame(rows)
