@@ -160,7 +160,7 @@ class Daemon:
         (lucidd.live.slurm_settings). Returns the warnings, None when Slurm could not be asked; never
         stops lucidd: the settings are the admin's, and the order still helps where they allow."""
         from .backends.base import BackendError
-        from .live.slurm_settings import slurm_settings_warnings
+        from .live.slurm_settings import partition_limit_warnings, slurm_settings_warnings
 
         s = self.cfg.slurm
         try:
@@ -170,6 +170,7 @@ class Daemon:
             max_times = self.backend.partition_max_times()
             ordered = set(s.managed_partitions) or set(max_times) - {s.inbox_partition, s.profiling_partition}
             warnings = slurm_settings_warnings(config, max_times, ordered, self.cfg.ordering.enabled)
+            warnings += partition_limit_warnings(self.backend.partition_settings(), ordered, s.inbox_partition)
         except BackendError as exc:
             log.warning("Slurm's settings not checked at start (%s)", exc)
             return None

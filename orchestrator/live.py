@@ -29,7 +29,7 @@ from datetime import datetime
 
 import pandas as pd
 
-from lucidd.backends.base import next_rank, partition_names
+from lucidd.backends.base import next_rank, partition_names, waits_for_other_than_gpus
 from lucidd.jobs import Job, within_limit
 from lucidd.live.reconcile import (NOT_ESTIMATED, PARTITION_GPU_NODES_KEY, Decider, DecisionInput, Plan,
                                    estimate_explanation, packing_explanation, partition_gpu_memory)
@@ -307,6 +307,13 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
             plan.release.append((j.job_id, f"not profiled: {why} after its admission to profiling; it waits "
                                            "for its release in its own partition"))
             continue
+        reason = getattr(j, "reason", "") or ""
+        if r.profile == "admitted" and j.pending and r.profile_start is None and waits_for_other_than_gpus(reason):
+            # at its QOS or account limit, waiting for a reservation or for nodes it may not use: it
+            # would hold profiling room for room_wait_s while nobody else is profiled (a review)
+            plan.release.append((j.job_id, f"not profiled: pending in profiling for {reason.split(',')[0]}, not "
+                                           "for GPUs; it waits in its own partition"))
+            continue
         if r.profile == "admitted" and j.pending and r.profile_start is None:
             # Admitted, but no node has had its GPUs free since: past 2 x Tprof from first sight it
             # goes to its partition unprofiled, as an inbox job would (measured: an 8-GPU job sat
@@ -437,6 +444,13 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     cap = capacity(len(candidates))
     lend_free, lend_node = lendable if getattr(p, "lend_idle_gpus", False) else (0, 0)
     lent = lent_pending
+    if profiling_gpus <= 0 and not lend_free:
+        # no usable GPU in profiling at all (its nodes down, drained, reserved, or not responding):
+        # a job would wait room_wait_s for room that cannot come, where its partition may have some
+        for _, job_id in candidates:
+            plan.release.append((job_id, "not profiled: the profiling partition has no usable GPU now (its nodes "
+                                          "are down, drained, reserved or not responding)"))
+        return plan
     for g, job_id in candidates:
         if g <= lend_node and lent + g <= lend_free:
             # Steered onto free GPUs of partitions nobody waits in, which would otherwise idle, and off

@@ -75,6 +75,22 @@ def never_ran(start: int | None, end: int | None, nodes) -> bool:
     return end is not None and start >= end and no_nodes
 
 
+# Pending reasons under which a job waits for something other than GPUs to free: a QOS or
+# association limit of its user or account, a reservation, nodes it may not use (ReqNodeNotAvail),
+# licenses, its array's task limit, or a limit of its partition it can never meet. Such a job holds
+# no claim on free GPUs (a review on the test cluster: jobs at their user's QOS limit filled profiling's room, and
+# kept another user's job in the inbox on an idle cluster).
+_NOT_FOR_GPUS = frozenset({"ReqNodeNotAvail", "Reservation", "Licenses", "JobArrayTaskLimit", "MaxMemPerLimit",
+                           "PartitionConfig", "AccountNotAllowed", "QOSNotAllowed", "InvalidAccount", "InvalidQOS",
+                           "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints"})
+
+
+def waits_for_other_than_gpus(reason: str | None) -> bool:
+    """Whether a pending job's reason (squeue's) says it waits for something other than free GPUs."""
+    r = (reason or "").split(",", 1)[0].strip()  # "ReqNodeNotAvail, May be reserved for other job"
+    return r in _NOT_FOR_GPUS or r.startswith(("QOS", "Assoc"))
+
+
 @dataclass
 class LiveJob:
     """One job as slurmctld reports it (times are Unix seconds; None when not set)."""
@@ -202,10 +218,27 @@ class NodeGPUs:
         can fill a GPU node; a run lent its free GPUs would wait there, admitted, for hours)."""
         return 0 if self.idle_cpus == 0 else max(0, self.gpus - self.used)
 
+    def _words(self) -> tuple[str, set]:
+        words = self.state.lower().split("+")
+        return words[0].strip("*~#!%$@^-"), set(words[1:])
+
     @property
     def usable(self) -> bool:
-        s = self.state.lower()
-        return not any(w in s for w in ("down", "drain", "fail", "not_responding", "future", "unknown"))
+        """A node a job can be started on, now or on demand: not down, drained, failing, not
+        responding, reserved or in maintenance (a run steered there waited, ReqNodeNotAvail, for
+        room_wait_s: a review). A node Slurm's power saving has powered down is usable: Slurm wakes
+        it for the job. Read as unusable, an idle powered-down cluster had no free GPU and no
+        profiling room, and every new job waited in the inbox for room_wait_s (2 h by default)."""
+        base, flags = self._words()
+        if base in ("down", "future", "unknown") or flags & {"not_responding", "maintenance", "reserved"}:
+            return False
+        return not any("drain" in w or "fail" in w for w in (base, *flags))
+
+    @property
+    def asleep(self) -> bool:
+        """Powered down, or powering down or up, by Slurm's power saving: usable, but a job there
+        waits for its boot first (profiling borrows no such node: it would wake it for a short run)."""
+        return "~" in self.state.split("+")[0] or any(w.startswith("power") for w in self._words()[1])
 
 
 @dataclass
@@ -256,6 +289,11 @@ class Backend:
     def partition_max_times(self) -> dict:
         """{partition: its MaxTime as Slurm prints it ("UNLIMITED", "7-00:00:00", ...)}; {} when
         this backend cannot tell."""
+        return {}
+
+    def partition_settings(self) -> dict:
+        """{partition: {setting: text}} as `scontrol show partition` prints them; {} when this
+        backend cannot tell."""
         return {}
 
     def finished_jobs(self, since: int, until: int | None = None) -> list[dict]:

@@ -483,6 +483,14 @@ class SlurmBackend(Backend):
     def partition_max_times(self) -> dict:
         return {name: p.max_time for name, p in self._partitions().items()}
 
+    def partition_settings(self) -> dict:
+        out = {}
+        for line in self.runner.run(["scontrol", "-o", "show", "partition"]).splitlines():
+            fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+            if fields.get("PartitionName"):
+                out[fields["PartitionName"]] = fields
+        return out
+
     def finished_jobs(self, since: int, until: int | None = None) -> list[dict]:
         def stamp(t):
             return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(max(0, int(t))))

@@ -34,7 +34,8 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
-from ..backends.base import Backend, BackendError, ClusterSnapshot, LiveJob, never_ran, partition_names
+from ..backends.base import (Backend, BackendError, ClusterSnapshot, LiveJob, never_ran, partition_names,
+                             waits_for_other_than_gpus)
 from ..errors import ConfigError, LucidError
 from .store import CycleRow, JobRow, Store, StoreError
 
@@ -46,7 +47,16 @@ log = logging.getLogger("lucidd")
 # BadConstraints: more GPUs (or features) than the partition's nodes have, which the inbox (over
 # every node) accepted at submission where Slurm would have refused the job in its own partition.
 _CANNOT_RUN_THERE = frozenset({"PartitionConfig", "AccountNotAllowed", "QOSNotAllowed", "InvalidAccount",
-                               "InvalidQOS", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints"})
+                               "InvalidQOS", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints",
+                               # more memory per CPU or node than the partition allows (a review)
+                               "MaxMemPerLimit"})
+
+
+def _cannot_run_there(reason: str) -> bool:
+    """A pending reason under which the job never starts where it is: a limit of its partition, or a
+    per-job limit of its QOS or association (QOSMaxGRESPerJob, AssocMaxCpuPerJobLimit, ...), which
+    plain Slurm refuses at submission with DenyOnLimit and the inbox accepted (a review)."""
+    return reason in _CANNOT_RUN_THERE or (reason.startswith(("QOSMax", "AssocMax")) and "PerJob" in reason)
 
 
 # ----- what the decider sees and returns (plain data) -------------------------------------------
@@ -503,6 +513,8 @@ class Reconciler:
         prof_gpus = sum(n.gpus for n in snap.nodes.values() if n.name in self._profiles_on and n.usable)
         queued = {}
         for j in waiting:
+            if waits_for_other_than_gpus(j.reason):
+                continue  # at its QOS limit, say: not in the way of a job that would start at once
             for part in partition_names(j.partition):  # `-p main,research` waits in each
                 queued[part] = queued.get(part, 0) + 1
         free, node_gpus = {}, {}
@@ -686,7 +698,8 @@ class Reconciler:
         for j in waiting:
             # (a --begin job waits for the clock; one Slurm requeued itself waits 121 s in BeginTime
             # for its GPUs, and they are wanted)
-            if not j.held and not j.dependency and not (j.waits_for_begin_time and j.restart_count == 0):
+            if not j.held and not j.dependency and not (j.waits_for_begin_time and j.restart_count == 0) \
+                    and not waits_for_other_than_gpus(j.reason):
                 r = records.get(j.job_id)
                 waited = max(0, now - (r.original_submit if r is not None else j.submit_time))
                 # `-p main,research`: the job wants GPUs in each (keyed by the whole list, no node's
@@ -705,7 +718,7 @@ class Reconciler:
                 node_wait[name] = max(waits)
             if name not in self._profiles_on:
                 continue
-            if not n.usable or waited_for:
+            if not n.usable or n.asleep or waited_for:  # (asleep: a short run would wake a node)
                 others.append(name)
                 continue
             free = n.free_gpus
@@ -743,10 +756,10 @@ class Reconciler:
             r.profile_reason = (f"not profiled: found in {j.partition}, moved there without a record of it "
                                 "(by lucidd-failopen, its owner, or lucidd just before it stopped)")
             refused = self._refused.pop(r.job_id, None)
-            if j.reason in _CANNOT_RUN_THERE or refused:
+            if _cannot_run_there(j.reason) or refused:
                 # Slurm 22.05 makes the move, then reports the job's limits check as an error: plain
                 # Slurm would have refused this job at submission
-                why = j.reason if j.reason in _CANNOT_RUN_THERE else f"it reported: {refused}"
+                why = j.reason if _cannot_run_there(j.reason) else f"it reported: {refused}"
                 r.profile_reason += _never_start_note(r.job_id, j.partition, why)
         elif r.phase == "released" and j.partition == self.inbox and j.pending:
             requeued = _requeued_since_release(r, j)
@@ -785,7 +798,7 @@ class Reconciler:
             # a move from profiling that lucidd made but did not record (or that scontrol reported as failed)
             self.store.settle_unapplied(r.job_id, "release", now, f"made: the job was found in {j.partition}")
             refused = self._refused.pop(r.job_id, None)
-            if refused and j.pending and j.reason not in _CANNOT_RUN_THERE:
+            if refused and j.pending and not _cannot_run_there(j.reason):
                 r.profile_reason += _never_start_note(r.job_id, j.partition, f"it reported: {refused}")
         else:
             return
@@ -821,7 +834,7 @@ class Reconciler:
         flagged = _NEVER_START_NOTE in text
         where = j.partition not in ("", self.inbox, self.profiling)
         # (a list lucidd set for lent GPUs is not the job's to change: lucidd clears it, _apply)
-        stuck = j.pending and j.reason in _CANNOT_RUN_THERE and where and not (r.lent and j.excluded_nodes)
+        stuck = j.pending and _cannot_run_there(j.reason) and where and not (r.lent and j.excluded_nodes)
         # a dependency that can no longer be met (afterok on a job that failed): Slurm keeps the job
         # for ever, as plain Slurm does, but lucidd ranked it as if it were waiting for GPUs
         orphan = j.pending and j.reason == "DependencyNeverSatisfied" and where

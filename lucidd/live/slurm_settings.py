@@ -128,3 +128,34 @@ def preemption_warning(preempted: list, partitions: dict, profiling: str) -> str
             f"running jobs of {each}: lucidd profiles no job while this holds (new jobs go straight to their "
             f"partitions, jobs admitted to {profiling} and not started go back there). Give those partitions "
             f"PreemptMode=OFF in slurm.conf (docs/deploy.md, slurm.conf)")
+
+
+# Partition settings Slurm applies at submission, against the partition the job is submitted to
+# (the inbox, under job_submit.lua), and that do not hold in the inbox or in profiling: access
+# lists, per-node limits, a partition QOS, and the defaults a job without --mem or --cpus-per-gpu
+# gets (a review on a test cluster, 2 December 2026: a job of an account research does not allow ran
+# its profiling run; four 1-GPU profiling runs ran at once where main's QOS allowed 2 GPUs; a job
+# kept the inbox's 1 CPU and DefMemPerCPU where main gives DefCpuPerGPU=4 and DefMemPerGPU)
+_AT_SUBMISSION = ("AllowAccounts", "DenyAccounts", "AllowQos", "DenyQos", "QoS", "MaxCPUsPerNode", "MaxMemPerNode",
+                  "MaxMemPerCPU", "DefMemPerNode", "DefMemPerCPU", "JobDefaults")
+
+
+def partition_limit_warnings(settings: dict, ordered: set, inbox: str) -> list:
+    """One warning per partition lucidd orders whose settings of _AT_SUBMISSION differ from the
+    inbox's. `settings`: {partition: {setting: text}} of `scontrol show partition` ({}: not checked)."""
+    box = settings.get(inbox)
+    if not box:
+        return []
+    out = []
+    for name in sorted(ordered):
+        mine = settings.get(name)
+        if not mine or name == inbox:
+            continue
+        differ = [f"{k}={mine.get(k, '(not set)')} (the inbox: {box.get(k, 'not set')})"
+                  for k in _AT_SUBMISSION if mine.get(k) != box.get(k)]
+        if differ:
+            out.append(f"partition {name}: {', '.join(differ)}. Slurm applies these at submission, to the "
+                       f"inbox ({inbox}): they do not hold for a job there or in profiling, and a job without "
+                       f"--mem or --cpus-per-gpu keeps the inbox's defaults in {name} (docs/deploy.md, \"Limits the "
+                       f"inbox cannot carry\")")
+    return out

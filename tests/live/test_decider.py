@@ -320,15 +320,19 @@ def test_burst_capacity_applies_above_burst_queue(tmp_path):
     assert ids(d.decide(inp(inbox[:3])).profile) == [1, 2]
 
 
-def test_no_profiling_gpus_means_jobs_wait_then_go_to_their_partition(decider):
+def test_no_profiling_gpus_means_jobs_go_to_their_partition_at_once(decider):
+    """Until 2 December 2026 they waited 2 x Tprof (room_wait_s: 2 h with the shipped long_tprof_s)
+    for room that could not come; a review saw every job of an idle, powered-down cluster wait so.
+    Powered-down nodes now count as usable (NodeGPUs.usable); a profiling partition with no usable
+    GPU at all (its nodes down, drained or reserved) sends jobs on at once."""
     j = lj(1, 1)
     plan = decider.decide(inp([j], profiling_gpus=0))
+    assert plan.profile == [] and ids(plan.release) == [1] and "no usable GPU" in plan.release[0][1]
+    # with GPUs there, a job that finds no room waits for it (room_wait_s), as before
+    plan = decider.decide(inp([lj(2, 1)], profiling_gpus=8, profiling=[lj(3, 8, partition="profiling",
+                                                                          state="RUNNING")],
+                              records={3: rec(lj(3, 8), profile="admitted", phase="profiling")}))
     assert plan.profile == [] and plan.release == []
-    old = rec(j, first_seen=NOW - 2 * TPROF - 1)
-    plan = decider.decide(inp([j], profiling_gpus=0, records={1: old}))
-    assert ids(plan.release) == [1] and "2 x Tprof" in plan.release[0][1]
-    at_bound = rec(j, first_seen=NOW - 2 * TPROF)
-    assert decider.decide(inp([j], profiling_gpus=0, records={1: at_bound})).release == []
 
 
 # ----- skip reasons -----------------------------------------------------------------------------

@@ -198,3 +198,31 @@ def test_a_check_run_reads_the_settings_and_writes_nothing(tmp_path, caplog):
         Daemon(cfg, dry_run=True, check=True, backend=slurm, clock=clock).start()
     assert "slurm.conf: PriorityType=priority/basic" in caplog.text
     assert not (tmp_path / "state" / "lucidd.db").exists()
+
+
+def test_partition_settings_the_inbox_cannot_carry_are_warned_of():
+    """A review (2 December 2026): Slurm checks access lists, per-node limits and the partition QOS,
+    and applies the partition's defaults, at submission, against the inbox, so none of them held for
+    a job in the inbox or in profiling, and a job kept the inbox's defaults after its release."""
+    from lucidd.live.slurm_settings import partition_limit_warnings
+
+    class Runner:
+        def __init__(self, text):
+            self.text = text
+
+        def run(self, argv, timeout_s=None, env=None):
+            assert argv == ["scontrol", "-o", "show", "partition"]
+            return self.text
+
+    text = (DATA / "partitions_inbox_down.txt").read_text()
+    same = SlurmBackend(Runner(text)).partition_settings()
+    assert set(same) >= {"inbox", "profiling", "main"} and same["main"]["AllowAccounts"] == "ALL"
+    assert partition_limit_warnings(same, {"main", "research"}, "inbox") == []  # the test cluster: as the inbox
+    lines = text.splitlines()
+    main = next(i for i, line in enumerate(lines) if line.startswith("PartitionName=main "))
+    lines[main] = (lines[main].replace("AllowAccounts=ALL", "AllowAccounts=lab,ops").replace("QoS=N/A", "QoS=mainq")
+                   .replace("JobDefaults=(null)", "JobDefaults=DefCpuPerGPU=4,DefMemPerGPU=8000"))
+    (w,) = partition_limit_warnings(SlurmBackend(Runner("\n".join(lines))).partition_settings(), {"main"}, "inbox")
+    assert w.startswith("partition main: AllowAccounts=lab,ops (the inbox: ALL), QoS=mainq (the inbox: N/A), "
+                        "JobDefaults=DefCpuPerGPU=4,DefMemPerGPU=8000 (the inbox: (null))")
+    assert partition_limit_warnings({}, {"main"}, "inbox") == []  # not read: not checked

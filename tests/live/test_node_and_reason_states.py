@@ -1,0 +1,136 @@
+"""Node states and pending reasons lucidd reads as "no GPU for a job here" or "not waiting for
+GPUs" (a review on a private test cluster, 2 December 2026, Slurm 22.05):
+
+* power saving (SuspendTime): sinfo gave an idle node `state_flags` POWERED_DOWN, which lucidd read
+  as down: an idle cluster had no free GPU and no profiling room, and every new job waited in the
+  inbox for room_wait_s (2 h by default) before Slurm woke a node for it;
+* a job at its user's QOS limit (QOSMaxGRESPerUser), admitted to profiling, held profiling's room
+  for room_wait_s, and, pending in main, made main look busy, so another user's job on an idle
+  cluster was neither sent on at once nor lent idle GPUs;
+* a run lent GPUs on nodes under a MAINT reservation waited there, ReqNodeNotAvail, for room_wait_s;
+* per-job QOS limits and MaxMemPerLimit were not flagged as "may never start"."""
+
+from __future__ import annotations
+
+import pytest
+
+from lucidd.backends.base import NodeGPUs, waits_for_other_than_gpus
+from lucidd.live.config import config_from_dict
+from lucidd.live.reconcile import MAY_NEVER_START, Reconciler, _cannot_run_there
+from lucidd.live.store import Store
+from orchestrator.live import LucidDecider
+
+from .memslurm import Clock, MemSlurm
+
+
+@pytest.mark.parametrize("state,usable,asleep", [
+    ("IDLE", True, False), ("MIXED", True, False), ("ALLOCATED", True, False),
+    ("IDLE+POWERED_DOWN", True, True), ("IDLE+POWERING_UP", True, True), ("IDLE+POWER_DOWN", True, True),
+    ("IDLE+POWERING_DOWN", True, True), ("idle~", True, True), ("MIXED+COMPLETING", True, False),
+    ("DOWN", False, False), ("DOWN+POWERED_DOWN", False, True), ("IDLE+DRAIN", False, False),
+    ("IDLE+DRAIN+POWERED_DOWN", False, True), ("MIXED+DRAINING", False, False), ("DOWN+NOT_RESPONDING", False, False),
+    ("IDLE+NOT_RESPONDING", False, False), ("IDLE+FAIL", False, False), ("FUTURE", False, False),
+    ("UNKNOWN", False, False), ("IDLE+RESERVED", False, False), ("IDLE+MAINTENANCE+RESERVED", False, False),
+    ("down*", False, False), ("drained", False, False),
+])
+def test_which_nodes_can_take_a_job(state, usable, asleep):
+    n = NodeGPUs("gpu1", 8, 0, state)
+    assert (n.usable, n.asleep) == (usable, asleep)
+
+
+def test_which_pending_reasons_are_not_a_wait_for_gpus():
+    for reason in ("QOSMaxGRESPerUser", "QOSGrpGRES", "AssocGrpGRES", "AssocMaxJobsLimit", "Reservation",
+                   "ReqNodeNotAvail, May be reserved for other job", "Licenses", "JobArrayTaskLimit",
+                   "MaxMemPerLimit", "PartitionConfig", "QOSMaxGRESPerJob"):
+        assert waits_for_other_than_gpus(reason), reason
+    for reason in ("", "None", "Resources", "Priority", "BeginTime", "Dependency", None):
+        assert not waits_for_other_than_gpus(reason), reason
+    assert _cannot_run_there("QOSMaxGRESPerJob") and _cannot_run_there("AssocMaxCpuPerJobLimit")
+    assert _cannot_run_there("MaxMemPerLimit") and _cannot_run_there("PartitionTimeLimit")
+    assert not _cannot_run_there("QOSMaxGRESPerUser") and not _cannot_run_there("QOSGrpGRES")
+
+
+@pytest.fixture
+def site(tmp_path):
+    def build(**profiler):
+        cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                                "models": {"dir": str(tmp_path / "models")},
+                                "profiler": {"tprof_s": 600, **profiler}})
+        clock = Clock()
+        slurm = MemSlurm(clock, nodes=4)
+        store = Store(cfg.database.url).create()
+        rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=clock)
+        return clock, slurm, store, rec
+
+    return build
+
+
+def cycle(rec, clock, n=1):
+    for _ in range(n):
+        clock.t += 10
+        assert rec.cycle().ok
+
+
+def test_on_an_idle_powered_down_cluster_a_job_goes_to_its_partition_at_once(site):
+    clock, slurm, store, rec = site()  # shipped defaults: skip_when_free on
+    for n in slurm.nodes.values():
+        n.state = "IDLE+POWERED_DOWN"
+    slurm.submit(1, partition="main", gpus=1)
+    cycle(rec, clock)
+    assert slurm.jobs[1].partition == "main" and "would start at once" in store.job(1).profile_reason
+
+
+def test_a_powered_down_node_is_not_woken_for_a_lent_profiling_run(site):
+    clock, slurm, store, rec = site(skip_when_free=False)
+    for name in ("gpu1", "gpu2", "gpu3"):
+        slurm.nodes[name].state = "IDLE+POWERED_DOWN"
+    slurm.submit(1, partition="main", gpus=1)
+    cycle(rec, clock)
+    assert slurm.jobs[1].partition == "profiling"
+    assert slurm.jobs[1].excluded_nodes == "gpu1,gpu2,gpu3"  # lent the awake node's GPUs only
+
+
+def test_a_profiling_partition_with_no_usable_gpu_sends_jobs_on_at_once(site):
+    clock, slurm, store, rec = site(skip_when_free=False)
+    for n in slurm.nodes.values():
+        n.state = "IDLE+DRAIN"
+    slurm.submit(1, partition="main", gpus=1)
+    cycle(rec, clock)
+    assert slurm.jobs[1].partition == "main" and "no usable GPU" in store.job(1).profile_reason
+
+
+def test_a_job_at_its_qos_limit_holds_no_profiling_room_and_no_claim_on_idle_gpus(site):
+    clock, slurm, store, rec = site()
+    slurm.submit(1, partition="main", gpus=2)  # the user's running job, at the limit (2 GPUs)
+    cycle(rec, clock)
+    slurm.start(1)
+    slurm.nodes["gpu1"].used = 2
+    # the same user's next job, released to main, pends there at the limit
+    slurm.submit(2, partition="main", gpus=1, user="nobody")
+    cycle(rec, clock)
+    j2 = slurm.jobs[2]
+    assert j2.partition == "main"  # nobody waits in main, GPUs free: sent on at once
+    j2.reason = "QOSMaxGRESPerUser"
+    # another user's job on the idle cluster is sent on at once too: job 2 waits for no GPU
+    slurm.submit(3, partition="main", gpus=1, user="alice")
+    cycle(rec, clock)
+    assert slurm.jobs[3].partition == "main" and "would start at once" in store.job(3).profile_reason
+    # admitted to profiling, then pending there at its QOS limit: withdrawn at the next cycle
+    rec.cfg.profiler.skip_when_free = False
+    slurm.submit(4, partition="main", gpus=1, user="nobody")
+    cycle(rec, clock)
+    assert slurm.jobs[4].partition == "profiling"
+    slurm.jobs[4].reason = "QOSMaxGRESPerUser"
+    cycle(rec, clock)
+    assert slurm.jobs[4].partition == "main"
+    assert "pending in profiling for QOSMaxGRESPerUser" in store.job(4).profile_reason
+
+
+def test_a_per_job_qos_limit_is_flagged_as_never_starting(site):
+    clock, slurm, store, rec = site()
+    slurm.submit(1, partition="main", gpus=4)
+    cycle(rec, clock)
+    assert slurm.jobs[1].partition == "main"
+    slurm.jobs[1].reason = "QOSMaxGRESPerJob"
+    cycle(rec, clock)
+    assert MAY_NEVER_START in store.job(1).profile_reason and "QOSMaxGRESPerJob" in store.job(1).profile_reason
