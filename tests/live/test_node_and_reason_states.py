@@ -71,32 +71,31 @@ def cycle(rec, clock, n=1):
         assert rec.cycle().ok
 
 
-def test_on_an_idle_powered_down_cluster_a_job_goes_to_its_partition_at_once(site):
-    clock, slurm, store, rec = site()  # shipped defaults: skip_when_free on
-    for n in slurm.nodes.values():
-        n.state = "IDLE+POWERED_DOWN"
+def one_job_with_nodes(site, states: dict, **profiler):
+    """A 1-GPU job for main submitted, one cycle run, with the nodes in these states."""
+    clock, slurm, store, rec = site(**profiler)
+    for name, state in states.items():
+        slurm.nodes[name].state = state
     slurm.submit(1, partition="main", gpus=1)
     cycle(rec, clock)
-    assert slurm.jobs[1].partition == "main" and "would start at once" in store.job(1).profile_reason
+    return slurm.jobs[1], store.job(1)
+
+
+def test_on_an_idle_powered_down_cluster_a_job_goes_to_its_partition_at_once(site):
+    # shipped defaults: skip_when_free on
+    job, row = one_job_with_nodes(site, {f"gpu{i}": "IDLE+POWERED_DOWN" for i in range(1, 5)})
+    assert job.partition == "main" and "would start at once" in row.profile_reason
 
 
 def test_a_powered_down_node_is_not_woken_for_a_lent_profiling_run(site):
-    clock, slurm, store, rec = site(skip_when_free=False)
-    for name in ("gpu1", "gpu2", "gpu3"):
-        slurm.nodes[name].state = "IDLE+POWERED_DOWN"
-    slurm.submit(1, partition="main", gpus=1)
-    cycle(rec, clock)
-    assert slurm.jobs[1].partition == "profiling"
-    assert slurm.jobs[1].excluded_nodes == "gpu1,gpu2,gpu3"  # lent the awake node's GPUs only
+    job, _ = one_job_with_nodes(site, {f"gpu{i}": "IDLE+POWERED_DOWN" for i in range(1, 4)}, skip_when_free=False)
+    assert job.partition == "profiling"
+    assert job.excluded_nodes == "gpu1,gpu2,gpu3"  # lent the awake node's GPUs only
 
 
 def test_a_profiling_partition_with_no_usable_gpu_sends_jobs_on_at_once(site):
-    clock, slurm, store, rec = site(skip_when_free=False)
-    for n in slurm.nodes.values():
-        n.state = "IDLE+DRAIN"
-    slurm.submit(1, partition="main", gpus=1)
-    cycle(rec, clock)
-    assert slurm.jobs[1].partition == "main" and "no usable GPU" in store.job(1).profile_reason
+    job, row = one_job_with_nodes(site, {f"gpu{i}": "IDLE+DRAIN" for i in range(1, 5)}, skip_when_free=False)
+    assert job.partition == "main" and "no usable GPU" in row.profile_reason
 
 
 def test_a_job_at_its_qos_limit_holds_no_profiling_room_and_no_claim_on_idle_gpus(site):
