@@ -170,13 +170,18 @@ class Daemon:
             max_times = self.backend.partition_max_times()
             ordered = set(s.managed_partitions) or set(max_times) - {s.inbox_partition, s.profiling_partition}
             warnings = slurm_settings_warnings(config, max_times, ordered, self.cfg.ordering.enabled)
-            warnings += partition_limit_warnings(self.backend.partition_settings(), ordered, s.inbox_partition)
         except BackendError as exc:
             log.warning("Slurm's settings not checked at start (%s)", exc)
             return None
         except Exception:  # a reply this check did not foresee: a check, never a reason not to start
             log.exception("Slurm's settings not checked at start")
             return None
+        try:  # its own read: failing, it keeps the warnings above
+            warnings += partition_limit_warnings(self.backend.partition_settings(), ordered, s.inbox_partition)
+        except BackendError as exc:
+            log.warning("partition settings not checked at start (%s)", exc)
+        except Exception:
+            log.exception("partition settings not checked at start")
         for text in warnings:
             log.warning("slurm.conf: %s", text)
         return warnings

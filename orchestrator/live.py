@@ -446,10 +446,15 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     lent = lent_pending
     if profiling_gpus <= 0 and not lend_free:
         # no usable GPU in profiling at all (its nodes down, drained, reserved, or not responding):
-        # a job would wait room_wait_s for room that cannot come, where its partition may have some
+        # a job would wait room_wait_s for room that cannot come, where its partition may have some.
+        # After the grace: nodes that miss a cycle or two (re-registering) do not send jobs on.
         for _, job_id in candidates:
-            plan.release.append((job_id, "not profiled: the profiling partition has no usable GPU now (its nodes "
-                                          "are down, drained, reserved or not responding)"))
+            r = records.get(job_id)
+            waited = now - (r.first_seen if r is not None and r.first_seen is not None else now)
+            if waited >= grace:
+                plan.release.append((job_id, f"not profiled: the profiling partition has had no usable GPU for "
+                                              f"{waited} s (its nodes are down, drained, reserved or not "
+                                              "responding)"))
         return plan
     for g, job_id in candidates:
         if g <= lend_node and lent + g <= lend_free:
@@ -867,7 +872,10 @@ class LucidDecider(Decider):
                     "estimate_s": plan.estimates.get(j.job_id, (None if r is None else r.estimate_s,))[0],
                     "time_limit_s": j.time_limit_s,
                     "profile": None if r is None else r.profile,
-                    "lent": bool(r is not None and r.lent)}
+                    "lent": bool(r is not None and r.lent),
+                    # what plan_profiling withdraws an admitted job for (held, a dependency, a begin
+                    # time, a reason other than GPUs): without them a replay kept such a job's room
+                    "reason": j.reason, "priority": j.priority, "dependency": j.dependency}
         # Waiting jobs whose SiteFactor is unchanged are left out: a value is a pure function of
         # the job's own data, so the decided ones replay alone (and a 10,000-job queue does not
         # write 3 MB per cycle).

@@ -940,6 +940,10 @@ def replay_cycle(recorded: dict, live=None) -> dict:
         lj.array_job_id = d.get("array_job_id") or 0
         lj.restart_count = d.get("restart_count") or 0
         lj.node_names = tuple(d.get("node_names") or ())
+        # (absent from a record made before 2 December 2026: a job waiting for GPUs, not held)
+        lj.reason, lj.dependency = d.get("reason") or "", d.get("dependency") or ""
+        if d.get("priority") is not None:
+            lj.priority = int(d["priority"])
         r = sim.recs[seq]
         r.first_seen = d.get("first_seen") if d.get("first_seen") is not None else now
         r.profile = d.get("profile") or "pending"

@@ -534,7 +534,11 @@ class Reconciler:
         k = getattr(self.cfg, "packing", None)
         by_samplers = k is not None and k.enabled and not k.gpu_memory_mib
         gpu_memory = self._partition_gpu_memory(snap) if packable and by_samplers else {}
-        inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing, records, prof_gpus, queued, free,
+        # the jobs this cycle sends on itself are ordered with the rest: each lands in its partition
+        # with its SiteFactor already set (on a site where profiling would preempt, that is every job)
+        sent_on = [seen[jid] for jid, _ in direct if jid in seen]
+        inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing + sent_on, records, prof_gpus, queued,
+                            free,
                             lend_gpus, lend_node, busy, node_wait_s=node_wait, away_s=0.0 if self.dry_run else away_s,
                             signalled=signalled, gpu_profiles=profiles, gpu_memory=gpu_memory, node_gpus=node_gpus)
         plan = self.decider.decide(inp)

@@ -326,7 +326,9 @@ def test_no_profiling_gpus_means_jobs_go_to_their_partition_at_once(decider):
     Powered-down nodes now count as usable (NodeGPUs.usable); a profiling partition with no usable
     GPU at all (its nodes down, drained or reserved) sends jobs on at once."""
     j = lj(1, 1)
-    plan = decider.decide(inp([j], profiling_gpus=0))
+    # after a grace of max(60 s, 3 intervals): nodes that miss a cycle or two send no job on
+    assert decider.decide(inp([j], profiling_gpus=0)).release == []
+    plan = decider.decide(inp([j], profiling_gpus=0, records={1: rec(j, first_seen=NOW - 60)}))
     assert plan.profile == [] and ids(plan.release) == [1] and "no usable GPU" in plan.release[0][1]
     # with GPUs there, a job that finds no room waits for it (room_wait_s), as before
     plan = decider.decide(inp([lj(2, 1)], profiling_gpus=8, profiling=[lj(3, 8, partition="profiling",

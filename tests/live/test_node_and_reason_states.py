@@ -93,9 +93,16 @@ def test_a_powered_down_node_is_not_woken_for_a_lent_profiling_run(site):
     assert job.excluded_nodes == "gpu1,gpu2,gpu3"  # lent the awake node's GPUs only
 
 
-def test_a_profiling_partition_with_no_usable_gpu_sends_jobs_on_at_once(site):
-    job, row = one_job_with_nodes(site, {f"gpu{i}": "IDLE+DRAIN" for i in range(1, 5)}, skip_when_free=False)
-    assert job.partition == "main" and "no usable GPU" in row.profile_reason
+def test_a_profiling_partition_with_no_usable_gpu_sends_jobs_on_after_a_minute(site):
+    clock, slurm, store, rec = site(skip_when_free=False)
+    for n in slurm.nodes.values():
+        n.state = "IDLE+DRAIN"
+    slurm.submit(1, partition="main", gpus=1)
+    cycle(rec, clock, 6)
+    assert slurm.jobs[1].partition == "inbox"  # a node or two missing a cycle send nobody on
+    cycle(rec, clock)
+    assert slurm.jobs[1].partition == "main" and "no usable GPU" in store.job(1).profile_reason
+    assert store.job(1).site_factor is not None  # it lands there with its SiteFactor set
 
 
 def test_a_job_at_its_qos_limit_holds_no_profiling_room_and_no_claim_on_idle_gpus(site):
@@ -114,11 +121,13 @@ def test_a_job_at_its_qos_limit_holds_no_profiling_room_and_no_claim_on_idle_gpu
     slurm.submit(3, partition="main", gpus=1, user="alice")
     cycle(rec, clock)
     assert slurm.jobs[3].partition == "main" and "would start at once" in store.job(3).profile_reason
+    slurm.start(3)
     # admitted to profiling, then pending there at its QOS limit: withdrawn at the next cycle
     rec.cfg.profiler.skip_when_free = False
     slurm.submit(4, partition="main", gpus=1, user="nobody")
     cycle(rec, clock)
-    assert slurm.jobs[4].partition == "profiling"
+    # lent GPUs nobody waits for: job 2, at its QOS limit, waits for none
+    assert slurm.jobs[4].partition == "profiling" and store.job(4).lent
     slurm.jobs[4].reason = "QOSMaxGRESPerUser"
     cycle(rec, clock)
     assert slurm.jobs[4].partition == "main"

@@ -89,6 +89,10 @@ def test_nobody_is_profiled_while_a_run_would_preempt_and_profiling_comes_back_o
     assert slurm.jobs[1].partition == "main"
     row = store.job(1)
     assert row.profile == "skipped" and "would preempt running jobs of main" in row.profile_reason
+    # it lands in its partition with its SiteFactor set, as a job the decider releases does
+    assert row.site_factor is not None
+    calls = [c[0] for c in slurm.job_calls(1)]
+    assert calls.index("sitefactor") < calls.index("move"), calls
     (said,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert "PreemptMode=OFF" in said and "main (PriorityTier 1, PreemptMode REQUEUE)" in said
     warnings = json.loads(store.get_meta("slurm_warnings"))

@@ -389,6 +389,27 @@ def test_a_recorded_cycle_with_lending_and_long_runs_replays_the_same(tmp_path):
     assert 5 in sim["release"] and 5 in [jid for jid, _ in plan.release]
 
 
+def test_a_recorded_cycle_that_withdraws_jobs_for_their_reason_replays_the_same(tmp_path):
+    """A review (2 December 2026): the record lacked a job's pending reason, priority and
+    dependency, so a replay kept the room of a job the daemon withdrew (at its QOS limit, held) and
+    admitted nobody in its place."""
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)},
+                            "profiler": {"capacity_gpus": 2, "skip_when_free": False, "lend_idle_gpus": False}})
+    decider = LucidDecider(cfg)
+    limited = _lj(1, 1, partition="profiling", reason="QOSMaxGRESPerUser")
+    held = _lj(2, 1, partition="profiling", priority=0, reason="JobHeldUser")
+    inbox = [_lj(3, 1), _lj(4, 1)]
+    records = {j.job_id: _rec(j, 600.0) for j in inbox}
+    for j in (limited, held):
+        records[j.job_id] = _rec(j, 600.0, profile="admitted", phase="profiling")
+    x = DecisionInput(NOW, inbox, [limited, held], [], records, 32)
+    plan = decider.decide(x)
+    assert sorted(jid for jid, _ in plan.release) == [1, 2] and [jid for jid, _ in plan.profile] == [3, 4]
+    recorded = json.loads(json.dumps(decider.record(x, plan), default=str))
+    sim = replay_cycle(recorded)
+    assert sim["release"] == [1, 2] and sim["profile"] == [3, 4]
+
+
 # ----- through the experiment path ---------------------------------------------------------------------
 
 def test_policy_names_and_variants_on_the_sample():
