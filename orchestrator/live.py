@@ -245,7 +245,8 @@ def _warned_before_requeue(plan: Plan, j, warning, signalled: dict, now: int, ra
 def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, profiling_gpus: int,
                    plan: Plan | None = None, skip=None, capacity=None, queued: dict | None = None,
                    free: dict | None = None, lendable: tuple[int, int] = (0, 0), busy_nodes=(),
-                   away_s: float | None = None, signalled: dict | None = None, node_wait_s=None) -> Plan:
+                   away_s: float | None = None, signalled: dict | None = None, node_wait_s=None,
+                   over_time_s: int | None = 0) -> Plan:
     """One cycle's profiling decisions (plan.requeue, abandon, profile, release), as lucidd makes them.
 
     Tprof: a job running in profiling for >= Tprof is requeued; one that ran far past it while
@@ -275,7 +276,12 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     (`node_wait_s`: busy node -> that longest wait; None: every busy node counts): at its Tprof if
     that came before, else then (reclaimed); until then it runs on, past its Tprof, unwarned. A
     lent run's Tprof is `long_tprof_s`; other runs past `tprof_s` go on to it too, oldest first,
-    while they hold at most `long_share` of the profiling GPUs."""
+    while they hold at most `long_share` of the profiling GPUs.
+
+    `over_time_s`: Slurm's OverTimeLimit (seconds a job may run past its own limit; None:
+    UNLIMITED): a run its own limit ends is left to end only if it ends within the grace with it.
+    A run whose reason is `Prolog` (PrologFlags=Alloc: Slurm says RUNNING while the node's Prolog
+    runs) is not requeued until its Prolog is done."""
     plan = plan if plan is not None else Plan()
     signalled = signalled or {}
     skip = skip or (lambda j, r: profiling_skip_reason(p, j, r))
@@ -332,6 +338,11 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
         # `is None`, not falsy: a replay's run can start at its trace's time 0 (live, unset is None)
         if r.profile == "abandoned" or j.state != "RUNNING" or j.start_time is None:
             continue
+        if (getattr(j, "reason", "") or "") == "Prolog":
+            # Slurm says RUNNING while the node's Prolog runs (PrologFlags=Alloc). Requeued then, the job
+            # was restarted in its partition without its Prolog, and had no profiling run at all (a
+            # review on a test cluster: a 12 s Prolog, Tprof 8 s)
+            continue
         ran = now - j.start_time
         warning = getattr(j, "requeue_warning", None)
         if getattr(r, "lent", False) and getattr(p, "reclaim_lent", False) and j.node_names and \
@@ -353,12 +364,13 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
                 # nobody has waited long_tprof_s for its GPUs: past its Tprof it runs on (requeued, it
                 # would lose its run, and restart, often at once, in its own partition); before, no warning
                 continue
-            own = getattr(j, "time_limit_s", None)
+            own = _ends_by(getattr(j, "time_limit_s", None), over_time_s)
             if ran >= limit and own is not None and own <= ran + grace:
                 # its own time limit ends it within the grace: requeued, it would run that whole limit
                 # again in its partition (as at Tprof below)
                 plan.abandon.append((j.job_id, f"ran {ran} s in profiling on lent GPUs, kept past Tprof {limit} s; "
-                                                f"its own time limit, {own} s, ends it within {grace:g} s: left "
+                                                f"its own time limit{' with OverTimeLimit' if over_time_s else ''}, "
+                                                f"{own} s, ends it within {grace:g} s: left "
                                                 "to end there (a reclaim would only run it again)"))
                 continue
             if ran >= limit:  # kept past its Tprof, and someone has now waited that long: reclaimed
@@ -379,7 +391,7 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
             kept = f" (kept past Tprof {tprof} s as one of the oldest runs within long_share)"
             if ran < long_s:  # requeued at this cycle, it holds no GPU past it: room for a younger run
                 long_used += j.gpus
-        own = getattr(j, "time_limit_s", None)
+        own = _ends_by(getattr(j, "time_limit_s", None), over_time_s)
         ends_by_own_limit = own is not None and own <= limit + grace
         # the warning the job asked for (lucid:signal=): planned from `limit - SECONDS` on, and the
         # requeue waits for it (at most grace / 2 past Tprof when it could only be sent late)
@@ -389,7 +401,8 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
             # Slurm ends it at its own limit within the grace (its limit check runs every ~30 s, so
             # the two race): requeued, it would run its whole limit again in its partition and be
             # killed there too (seen on the test cluster: 162 s of GPU time on a 60 s limit)
-            plan.abandon.append((j.job_id, f"ran {ran} s in profiling; its own time limit, {own} s, ends it "
+            plan.abandon.append((j.job_id, f"ran {ran} s in profiling; its own time limit"
+                                            f"{' with OverTimeLimit' if over_time_s else ''}, {own} s, ends it "
                                             f"within Tprof {limit} s + {grace:g} s: left to end there (a requeue "
                                             "would only run it again)"))
             continue
@@ -477,6 +490,15 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
         else:
             break  # strict least-GPUs-first: nothing bigger fits either
     return plan
+
+
+def _ends_by(time_limit_s: int | None, over_time_s: int | None) -> int | None:
+    """When Slurm ends a run by its own time limit, s after its start (None: it does not): the limit
+    plus OverTimeLimit. With OverTimeLimit=UNLIMITED a run past its limit was left in profiling
+    for good as one "its own limit ends" (a review: `-t 1` ran on there past 1:14)."""
+    if time_limit_s is None or over_time_s is None:
+        return None
+    return time_limit_s + over_time_s
 
 
 def history_frame(rows) -> pd.DataFrame:
@@ -776,7 +798,7 @@ class LucidDecider(Decider):
                               queued=inp.queued if gate else None, free=inp.free_gpus if gate else None,
                               lendable=(inp.lendable_gpus, inp.lendable_node_gpus), busy_nodes=inp.busy_nodes,
                               node_wait_s=inp.node_wait_s,
-                              away_s=inp.away_s, signalled=inp.signalled)
+                              away_s=inp.away_s, signalled=inp.signalled, over_time_s=inp.over_time_limit_s)
         now = inp.now
         # Main queues: Lucid's order as SiteFactor.
         if self.cfg.ordering.enabled:
@@ -888,7 +910,7 @@ class LucidDecider(Decider):
                 "free_gpus": dict(inp.free_gpus),
                 "lendable": [inp.lendable_gpus, inp.lendable_node_gpus], "busy_nodes": sorted(inp.busy_nodes),
                 "node_wait_s": dict(inp.node_wait_s) if inp.node_wait_s is not None else None,
-                "node_gpus": dict(inp.node_gpus),
+                "node_gpus": dict(inp.node_gpus), "over_time_limit_s": inp.over_time_limit_s,
                 "config": {"tprof_s": self.cfg.profiler.tprof_s, "nprof_gpus": self.cfg.profiler.nprof_gpus,
                            "skip_when_free": self.cfg.profiler.skip_when_free,
                            "capacity_gpus": self.cfg.profiler.capacity_gpus,

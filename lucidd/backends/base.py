@@ -38,7 +38,9 @@ class BackendError(LucidError):
 
 
 # Job states as Slurm names them; the daemon treats anything not pending/running as ended.
-PENDING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+# SPECIAL_EXIT: requeued and held by RequeueExitHold (an exit code slurm.conf names): pending, not
+# ended (a review saw its record closed as finished while the job waited for its release)
+PENDING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT"})
 ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "RESIZING", "SIGNALING",
                            "STAGE_OUT"})
 
@@ -201,6 +203,9 @@ class Partition:
     max_time: str = ""  # MaxTime as Slurm prints it, which tells UNLIMITED from a form not read
     priority_tier: int | None = None  # PriorityTier (None: not said)
     preempt_mode: str = ""  # PreemptMode as Slurm prints it (the cluster's own where the partition sets none)
+    # OverSubscribe=EXCLUSIVE or ExclusiveUser=YES: its jobs get whole nodes (of their own, or their
+    # user's), which a profiling run does not: "" when neither, else the setting as Slurm prints it
+    whole_nodes: str = ""
 
 
 @dataclass

@@ -370,10 +370,12 @@ def parse_partitions(text: str, nodes: dict) -> dict:
             continue
         members = tuple(n for n, info in nodes.items() if name in info.partitions)
         tier = fields.get("PriorityTier", "")
+        whole = [f"{k}={fields[k]}" for k, v in (("OverSubscribe", "EXCLUSIVE"), ("ExclusiveUser", "YES"))
+                 if fields.get(k, "").upper() == v]
         out[name] = Partition(name, fields.get("State", "UP").upper() == "UP", members,
                               sum(nodes[n].gpus for n in members), slurm_minutes_s(fields.get("MaxTime", "")),
                               fields.get("MaxTime", ""), int(tier) if tier.isascii() and tier.isdigit() else None,
-                              fields.get("PreemptMode", ""))
+                              fields.get("PreemptMode", ""), ", ".join(whole))
     return out
 
 

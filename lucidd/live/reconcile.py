@@ -95,6 +95,8 @@ class DecisionInput:
     # partition -> the most GPUs on one of its nodes (usable or not: the partition's shape), for the
     # starvation guard of a job of several nodes ([ordering] starvation_node_cap)
     node_gpus: dict = field(default_factory=dict)
+    # Slurm's OverTimeLimit, s (None: UNLIMITED): how long past its own limit a run may go on
+    over_time_limit_s: int | None = 0
 
 
 @dataclass
@@ -279,6 +281,7 @@ class Reconciler:
         self._profiles_on = frozenset()  # the profiling partition's nodes, as of this cycle
         self._preempt_type = None  # slurmctld's PreemptType (None: not read, or could not be)
         self._preempt_read = None  # monotonic time of its last read
+        self._over_time_s = 0  # slurmctld's OverTimeLimit, s (None: UNLIMITED), read with PreemptType
         self._preempt_view = None  # the partitions' (name, PriorityTier, PreemptMode) at that read
         # the partitions a profiling run would preempt, as last said (None: not yet this run; the
         # first cycle also clears a finding a lucidd before this one stored)
@@ -490,6 +493,13 @@ class Reconciler:
                 # a profiling run would be wasted (the inbox spans every node, so Slurm accepted the job):
                 # it goes there now, and is flagged when Slurm says it may never start (_flag_cannot_run)
                 direct.append((j.job_id, f"not profiled: {beyond}"))
+            elif whole := [f"{p} ({snap.partitions[p].whole_nodes})" for p in partition_names(r.target_partition)
+                           if p in snap.partitions and snap.partitions[p].whole_nodes]:
+                # its partition gives each job whole nodes; a profiling run gets what the job asked for,
+                # on a node it may share: `srun -n 8` in a 1-CPU request failed there, and the job, ended
+                # in profiling, never ran in its partition (a review on a test cluster, 2 December 2026)
+                direct.append((j.job_id, f"not profiled: {', '.join(whole)} gives each job whole nodes, which a "
+                                         f"run in {self.profiling} would not have"))
             else:
                 keep.append(j)
         inbox_jobs = keep
@@ -540,7 +550,8 @@ class Reconciler:
         inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing + sent_on, records, prof_gpus, queued,
                             free,
                             lend_gpus, lend_node, busy, node_wait_s=node_wait, away_s=0.0 if self.dry_run else away_s,
-                            signalled=signalled, gpu_profiles=profiles, gpu_memory=gpu_memory, node_gpus=node_gpus)
+                            signalled=signalled, gpu_profiles=profiles, gpu_memory=gpu_memory, node_gpus=node_gpus,
+                            over_time_limit_s=self._over_time_s)
         plan = self.decider.decide(inp)
         plan.release.extend(direct)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
@@ -628,7 +639,8 @@ class Reconciler:
         PreemptMode changes. A PreemptType that could not be read
         keeps the last one known (none yet: not checked) and is asked again a minute later. Said in
         the log and in `lucidctl status` when the finding changes."""
-        from .slurm_settings import PREEMPT_WARNING_PREFIX, preempted_by_profiling, preemption_warning
+        from .slurm_settings import (PREEMPT_WARNING_PREFIX, over_time_limit_s, preempted_by_profiling,
+                                     preemption_warning)
 
         mono = self.monotonic()
         # `scontrol reconfigure` switches PreemptType at once (seen on 22.05), and the partitions'
@@ -639,7 +651,10 @@ class Reconciler:
             self._preempt_view, self._preempt_read = view, None
         if self._preempt_read is None or mono - self._preempt_read >= PREEMPT_TYPE_RECHECK_S:
             try:
-                self._preempt_type = self.backend.controller_config().get("PreemptType", self._preempt_type)
+                config = self.backend.controller_config()
+                self._preempt_type = config.get("PreemptType", self._preempt_type)
+                if "OverTimeLimit" in config:  # read with it (DecisionInput.over_time_limit_s)
+                    self._over_time_s = over_time_limit_s(config["OverTimeLimit"])
                 self._preempt_read = mono
             except BackendError as exc:
                 log.warning("slurmctld's PreemptType not read this cycle (%s): %s", exc,

@@ -81,6 +81,18 @@ def slurm_settings_warnings(config: dict, max_times: dict, ordered: set, orderin
                            "at least the highest MaxTime (and a MaxTime where there is none); a longer window also "
                            "holds GPUs idle for its reservations: replay both on your jobs first, `lucidctl "
                            "simulate --bf-window MINUTES` (docs/deploy.md, slurm.conf)")
+    # what a profiling run's restart needs of slurm.conf (a review on a test cluster, 2 December 2026)
+    append = config.get("JobFileAppend", "").strip()
+    if append and append != "1":
+        out.append(f"JobFileAppend={append}: a profiled job's restart in its partition truncates its output file, "
+                   "so the profiling run's output is lost; set JobFileAppend=1 (docs/deploy.md, slurm.conf)")
+    prolog = config.get("Prolog", "").strip()
+    flags = config.get("PrologFlags", "").lower()
+    if prolog and prolog != "(null)" and "alloc" not in flags and "contain" not in flags:
+        out.append(f"Prolog={prolog} without PrologFlags=Alloc: Slurm says a job is RUNNING while its Prolog runs, "
+                   "so lucidd cannot wait for it; a profiling run requeued during its Prolog was restarted in its "
+                   "partition without the Prolog. Set PrologFlags=Alloc (lucidd then requeues no run in its "
+                   "Prolog), or keep the Prolog well under Tprof (docs/deploy.md, slurm.conf)")
     return out
 
 
@@ -159,3 +171,13 @@ def partition_limit_warnings(settings: dict, ordered: set, inbox: str) -> list:
                        f"--mem or --cpus-per-gpu keeps the inbox's defaults in {name} (docs/deploy.md, \"Limits the "
                        f"inbox cannot carry\")")
     return out
+
+
+def over_time_limit_s(text: str | None) -> int | None:
+    """OverTimeLimit as `scontrol show config` prints it ("0 min", "5 min", "UNLIMITED") -> seconds,
+    None for UNLIMITED; 0 (Slurm's default) when not said or not read."""
+    t = (text or "").strip().upper()
+    if t.startswith(("UNLIMITED", "INFINITE")) or t == "65535 MIN":
+        return None
+    m = re.match(r"^(\d+)", t)
+    return int(m.group(1)) * 60 if m else 0

@@ -45,6 +45,7 @@ class MemSlurm(Backend):
         self.config_fails = None  # a BackendError controller_config() raises, when a test sets one
         self.tiers = {}  # partition -> PriorityTier (not set: not said)
         self.preempt_modes = {}  # partition -> PreemptMode as scontrol prints it
+        self.whole_nodes = {}  # partition -> "OverSubscribe=EXCLUSIVE" / "ExclusiveUser=YES" where set
 
     # -- what a test does to the cluster ----------------------------------------------------------
     def submit(self, job_id: int, partition="main", gpus=1, **kw) -> LiveJob:
@@ -74,7 +75,8 @@ class MemSlurm(Backend):
     def snapshot(self) -> ClusterSnapshot:
         total = sum(n.gpus for n in self.nodes.values())
         parts = {p: Partition(p, self.inbox_up if p == "inbox" else True, tuple(self.nodes), total,
-                              priority_tier=self.tiers.get(p), preempt_mode=self.preempt_modes.get(p, ""))
+                              priority_tier=self.tiers.get(p), preempt_mode=self.preempt_modes.get(p, ""),
+                              whole_nodes=self.whole_nodes.get(p, ""))
                  for p in self.partitions}
         return ClusterSnapshot(int(self.clock()), [replace(j) for j in self.jobs.values()], parts, dict(self.nodes))
 
