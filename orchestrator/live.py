@@ -246,7 +246,7 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
                    plan: Plan | None = None, skip=None, capacity=None, queued: dict | None = None,
                    free: dict | None = None, lendable: tuple[int, int] = (0, 0), busy_nodes=(),
                    away_s: float | None = None, signalled: dict | None = None, node_wait_s=None,
-                   over_time_s: int | None = 0) -> Plan:
+                   over_time_s: int | None = 0, no_gpus_for_s: float | None = None) -> Plan:
     """One cycle's profiling decisions (plan.requeue, abandon, profile, release), as lucidd makes them.
 
     Tprof: a job running in profiling for >= Tprof is requeued; one that ran far past it while
@@ -460,13 +460,15 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     if profiling_gpus <= 0 and not lend_free:
         # no usable GPU in profiling at all (its nodes down, drained, reserved, or not responding):
         # a job would wait room_wait_s for room that cannot come, where its partition may have some.
-        # After the grace: nodes that miss a cycle or two (re-registering) do not send jobs on.
+        # After the grace, counted from when it lost them (`no_gpus_for_s`; not tracked: the job's own
+        # wait): nodes that miss a cycle or two (re-registering) send no job of a backlog on
         for _, job_id in candidates:
             r = records.get(job_id)
-            waited = now - (r.first_seen if r is not None and r.first_seen is not None else now)
-            if waited >= grace:
+            gone = no_gpus_for_s if no_gpus_for_s is not None else \
+                now - (r.first_seen if r is not None and r.first_seen is not None else now)
+            if gone >= grace:
                 plan.release.append((job_id, f"not profiled: the profiling partition has had no usable GPU for "
-                                              f"{waited} s (its nodes are down, drained, reserved or not "
+                                              f"{gone:.0f} s (its nodes are down, drained, reserved or not "
                                               "responding)"))
         return plan
     for g, job_id in candidates:
@@ -787,6 +789,12 @@ class LucidDecider(Decider):
     def capacity(self, inp: DecisionInput, queue_len: int) -> int:
         return profiling_capacity(self.cfg.profiler, inp.profiling_gpus, queue_len)
 
+    def _ordered(self, record) -> bool:
+        """Whether the job's target partition is one lucidd orders ([slurm] managed_partitions; empty:
+        every one)."""
+        managed = set(self.cfg.slurm.managed_partitions)
+        return record is None or not managed or any(p in managed for p in partition_names(record.target_partition))
+
     def skip_reason(self, j, record) -> str | None:
         return profiling_skip_reason(self.cfg.profiler, j, record)
 
@@ -798,14 +806,17 @@ class LucidDecider(Decider):
                               queued=inp.queued if gate else None, free=inp.free_gpus if gate else None,
                               lendable=(inp.lendable_gpus, inp.lendable_node_gpus), busy_nodes=inp.busy_nodes,
                               node_wait_s=inp.node_wait_s,
-                              away_s=inp.away_s, signalled=inp.signalled, over_time_s=inp.over_time_limit_s)
+                              away_s=inp.away_s, signalled=inp.signalled, over_time_s=inp.over_time_limit_s,
+                              no_gpus_for_s=inp.profiling_gpus_gone_s)
         now = inp.now
         # Main queues: Lucid's order as SiteFactor.
         if self.cfg.ordering.enabled:
             released = {jid for jid, _ in plan.release}
             waiting = [live_job(j, inp.records.get(j.job_id)) for j in inp.waiting]
+            # (released to a partition lucidd does not order: no SiteFactor, which would never be
+            # updated there; a review)
             waiting += [live_job(j, inp.records.get(j.job_id)) for j in inp.inbox + inp.profiling
-                        if j.job_id in released]
+                        if j.job_id in released and self._ordered(inp.records.get(j.job_id))]
             self._order(waiting, now, plan, inp.node_gpus)
         if self.packing is not None:
             self._pack(inp, plan)
@@ -911,6 +922,7 @@ class LucidDecider(Decider):
                 "lendable": [inp.lendable_gpus, inp.lendable_node_gpus], "busy_nodes": sorted(inp.busy_nodes),
                 "node_wait_s": dict(inp.node_wait_s) if inp.node_wait_s is not None else None,
                 "node_gpus": dict(inp.node_gpus), "over_time_limit_s": inp.over_time_limit_s,
+                "profiling_gpus_gone_s": inp.profiling_gpus_gone_s,
                 "config": {"tprof_s": self.cfg.profiler.tprof_s, "nprof_gpus": self.cfg.profiler.nprof_gpus,
                            "skip_when_free": self.cfg.profiler.skip_when_free,
                            "capacity_gpus": self.cfg.profiler.capacity_gpus,

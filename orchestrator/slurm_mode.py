@@ -245,6 +245,7 @@ class LucidOnSlurm:
         # partition -> GPUs per node, as the daemon reads it (DecisionInput.node_gpus)
         self.node_gpus = {name: vc.gpus_per_node for name, vc in spec.vcs.items()}
         self.over_time_s = 0  # Slurm's OverTimeLimit (its default; a replayed live cycle sets the daemon's)
+        self.no_gpus_for_s = None  # how long profiling has had no usable GPU (not tracked; a replay sets it)
         if make_slurm is None:
             # backfill's early stop must know the smallest limit a job brings itself
             own = [j.time_limit for j in jobs if j.time_limit]
@@ -578,7 +579,8 @@ class LucidOnSlurm:
         plan = plan_profiling(self.p, self.interval, now, list(self.inbox.values()), list(self.prof.values()),
                               recs, self.prof_gpus, skip=self._skip, queued=queued, free=free,
                               lendable=self._lendable_view(), busy_nodes=self._busy_nodes(),
-                              node_wait_s=self._node_wait_view(t), over_time_s=self.over_time_s)
+                              node_wait_s=self._node_wait_view(t), over_time_s=self.over_time_s,
+                              no_gpus_for_s=self.no_gpus_for_s)
         return plan, releasing
 
     def _skip(self, j, r):
@@ -922,6 +924,7 @@ def replay_cycle(recorded: dict, live=None) -> dict:
     sim = LucidOnSlurm(jobs, spec, live, profiling_gpus=recorded["profiling_gpus"])
     sim.node_gpus = dict(recorded.get("node_gpus") or {})  # as the daemon saw them (none: starvation_s)
     sim.over_time_s = recorded.get("over_time_limit_s", 0)  # None: UNLIMITED (absent before 2 December 2026)
+    sim.no_gpus_for_s = recorded.get("profiling_gpus_gone_s")
     sim._init_state()
     if sim.prof_gate:  # the partitions' queues and free GPUs as the daemon saw them
         queued, free = dict(recorded.get("queued") or {}), dict(recorded.get("free_gpus") or {})

@@ -206,6 +206,7 @@ class Partition:
     # OverSubscribe=EXCLUSIVE or ExclusiveUser=YES: its jobs get whole nodes (of their own, or their
     # user's), which a profiling run does not: "" when neither, else the setting as Slurm prints it
     whole_nodes: str = ""
+    over_time: str = ""  # the partition's own OverTimeLimit as Slurm prints it ("NONE": the cluster's)
 
 
 @dataclass

@@ -375,7 +375,7 @@ def parse_partitions(text: str, nodes: dict) -> dict:
         out[name] = Partition(name, fields.get("State", "UP").upper() == "UP", members,
                               sum(nodes[n].gpus for n in members), slurm_minutes_s(fields.get("MaxTime", "")),
                               fields.get("MaxTime", ""), int(tier) if tier.isascii() and tier.isdigit() else None,
-                              fields.get("PreemptMode", ""), ", ".join(whole))
+                              fields.get("PreemptMode", ""), ", ".join(whole), fields.get("OverTimeLimit", ""))
     return out
 
 

@@ -97,6 +97,9 @@ class DecisionInput:
     node_gpus: dict = field(default_factory=dict)
     # Slurm's OverTimeLimit, s (None: UNLIMITED): how long past its own limit a run may go on
     over_time_limit_s: int | None = 0
+    # seconds since the profiling partition last had a usable GPU (0 while it has one; None: not
+    # tracked, as in the simulator: each job's own wait counts)
+    profiling_gpus_gone_s: float | None = None
 
 
 @dataclass
@@ -281,7 +284,9 @@ class Reconciler:
         self._profiles_on = frozenset()  # the profiling partition's nodes, as of this cycle
         self._preempt_type = None  # slurmctld's PreemptType (None: not read, or could not be)
         self._preempt_read = None  # monotonic time of its last read
-        self._over_time_s = 0  # slurmctld's OverTimeLimit, s (None: UNLIMITED), read with PreemptType
+        self._over_time_cluster_s = 0  # slurmctld's OverTimeLimit, s (None: UNLIMITED), read with PreemptType
+        self._over_time_s = 0  # what applies in profiling: its partition's own, else the cluster's
+        self._prof_gpus_gone_at = None  # when the profiling partition was first seen without a usable GPU
         self._preempt_view = None  # the partitions' (name, PriorityTier, PreemptMode) at that read
         # the partitions a profiling run would preempt, as last said (None: not yet this run; the
         # first cycle also clears a finding a lucidd before this one stored)
@@ -521,6 +526,10 @@ class Reconciler:
         waiting = [seen[jid] for jid in records if seen[jid].pending and self.is_managed(seen[jid].partition)]
         self._profiles_on = self._profiling_nodes(snap)
         prof_gpus = sum(n.gpus for n in snap.nodes.values() if n.name in self._profiles_on and n.usable)
+        if prof_gpus > 0:
+            self._prof_gpus_gone_at = None
+        elif self._prof_gpus_gone_at is None:
+            self._prof_gpus_gone_at = now
         queued = {}
         for j in waiting:
             if waits_for_other_than_gpus(j.reason):
@@ -546,12 +555,13 @@ class Reconciler:
         gpu_memory = self._partition_gpu_memory(snap) if packable and by_samplers else {}
         # the jobs this cycle sends on itself are ordered with the rest: each lands in its partition
         # with its SiteFactor already set (on a site where profiling would preempt, that is every job)
-        sent_on = [seen[jid] for jid, _ in direct if jid in seen]
+        sent_on = [seen[jid] for jid, _ in direct if jid in seen and self.is_managed(records[jid].target_partition)]
         inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing + sent_on, records, prof_gpus, queued,
                             free,
                             lend_gpus, lend_node, busy, node_wait_s=node_wait, away_s=0.0 if self.dry_run else away_s,
                             signalled=signalled, gpu_profiles=profiles, gpu_memory=gpu_memory, node_gpus=node_gpus,
-                            over_time_limit_s=self._over_time_s)
+                            over_time_limit_s=self._over_time_s,
+                            profiling_gpus_gone_s=0.0 if self._prof_gpus_gone_at is None else now - self._prof_gpus_gone_at)
         plan = self.decider.decide(inp)
         plan.release.extend(direct)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
@@ -654,12 +664,18 @@ class Reconciler:
                 config = self.backend.controller_config()
                 self._preempt_type = config.get("PreemptType", self._preempt_type)
                 if "OverTimeLimit" in config:  # read with it (DecisionInput.over_time_limit_s)
-                    self._over_time_s = over_time_limit_s(config["OverTimeLimit"])
+                    self._over_time_cluster_s = over_time_limit_s(config["OverTimeLimit"])
                 self._preempt_read = mono
             except BackendError as exc:
                 log.warning("slurmctld's PreemptType not read this cycle (%s): %s", exc,
                             "not checked yet" if self._preempt_type is None else f"still {self._preempt_type}")
                 self._preempt_read = mono - PREEMPT_TYPE_RECHECK_S + 60
+        # the profiling partition's own OverTimeLimit, where it sets one, is what applies to its runs
+        prof = snap.partitions.get(self.profiling)
+        own = (prof.over_time or "").strip().upper() if prof is not None else ""
+        self._over_time_s = (self._over_time_cluster_s if own in ("", "NONE") else
+                             None if own in ("UNLIMITED", "INFINITE") else
+                             int(own) * 60 if own.isdigit() else self._over_time_cluster_s)
         found = preempted_by_profiling(self._preempt_type, snap.partitions, self.profiling)
         if found != self._preempts_said:
             text = preemption_warning(found, snap.partitions, self.profiling) if found else None

@@ -46,6 +46,7 @@ class MemSlurm(Backend):
         self.tiers = {}  # partition -> PriorityTier (not set: not said)
         self.preempt_modes = {}  # partition -> PreemptMode as scontrol prints it
         self.whole_nodes = {}  # partition -> "OverSubscribe=EXCLUSIVE" / "ExclusiveUser=YES" where set
+        self.over_times = {}  # partition -> its own OverTimeLimit as scontrol prints it ("NONE": the cluster's)
 
     # -- what a test does to the cluster ----------------------------------------------------------
     def submit(self, job_id: int, partition="main", gpus=1, **kw) -> LiveJob:
@@ -76,7 +77,7 @@ class MemSlurm(Backend):
         total = sum(n.gpus for n in self.nodes.values())
         parts = {p: Partition(p, self.inbox_up if p == "inbox" else True, tuple(self.nodes), total,
                               priority_tier=self.tiers.get(p), preempt_mode=self.preempt_modes.get(p, ""),
-                              whole_nodes=self.whole_nodes.get(p, ""))
+                              whole_nodes=self.whole_nodes.get(p, ""), over_time=self.over_times.get(p, ""))
                  for p in self.partitions}
         return ClusterSnapshot(int(self.clock()), [replace(j) for j in self.jobs.values()], parts, dict(self.nodes))
 

@@ -142,3 +142,28 @@ def test_a_per_job_qos_limit_is_flagged_as_never_starting(site):
     slurm.jobs[1].reason = "QOSMaxGRESPerJob"
     cycle(rec, clock)
     assert MAY_NEVER_START in store.job(1).profile_reason and "QOSMaxGRESPerJob" in store.job(1).profile_reason
+
+
+def test_a_backlog_waiting_for_profiling_room_is_not_sent_on_when_the_nodes_miss_a_cycle(site):
+    """A review: the grace was counted from each job's first sight, so a job that had waited for
+    room 5 minutes went on unprofiled at the first cycle the nodes did not answer."""
+    clock, slurm, store, rec = site(skip_when_free=False, capacity_gpus=1, lend_idle_gpus=False)
+    slurm.submit(1, partition="main", gpus=1)
+    cycle(rec, clock)
+    slurm.start(1)
+    slurm.submit(2, partition="main", gpus=1)
+    cycle(rec, clock, 30)  # 5 minutes waiting for room
+    assert slurm.jobs[2].partition == "inbox"
+    for n in slurm.nodes.values():
+        n.state = "IDLE+NOT_RESPONDING"
+    cycle(rec, clock, 2)
+    assert slurm.jobs[2].partition == "inbox"  # a blip: it waits on
+    for n in slurm.nodes.values():
+        n.state = "IDLE"
+    cycle(rec, clock)
+    for n in slurm.nodes.values():
+        n.state = "IDLE+DRAIN"  # for good this time: on after the grace, counted from now
+    cycle(rec, clock, 5)
+    assert slurm.jobs[2].partition == "inbox"
+    cycle(rec, clock, 2)
+    assert slurm.jobs[2].partition == "main" and "no usable GPU for 60 s" in store.job(2).profile_reason

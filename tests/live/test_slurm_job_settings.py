@@ -127,3 +127,33 @@ def test_job_file_append_and_a_prolog_without_alloc_are_warned_of():
     (w,) = slurm_settings_warnings(good | {"Prolog": "/etc/slurm/prolog.sh"}, {}, set(), True)
     assert "without PrologFlags=Alloc" in w
     assert slurm_settings_warnings(good | {"Prolog": "/p.sh", "PrologFlags": "Alloc,Contain"}, {}, set(), True) == []
+
+
+def test_the_profiling_partitions_own_over_time_limit_is_the_one_that_applies(site):
+    cfg, clock, slurm, store, rec = site
+    slurm.config = {"PreemptType": "preempt/none", "OverTimeLimit": "0 min"}
+    slurm.over_times = {"profiling": "UNLIMITED", "main": "NONE"}
+    slurm.submit(1, partition="main", gpus=1)
+    cycle(rec, clock)
+    slurm.jobs[1].time_limit_s = 620
+    slurm.start(1)
+    clock.t += 600
+    cycle(rec, clock)
+    assert store.job(1).profile == "requeued"  # with the cluster's 0 min it would be left to end there
+
+
+def test_a_job_sent_to_a_partition_lucidd_does_not_order_gets_no_site_factor(tmp_path):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")},
+                            "slurm": {"managed_partitions": ["main"]}, "profiler": {"skip_when_free": False}})
+    clock = Clock(NOW)
+    slurm = MemSlurm(clock, partitions=("inbox", "profiling", "main", "research"))
+    slurm.whole_nodes = {"research": "ExclusiveUser=YES", "main": "ExclusiveUser=YES"}
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=clock)
+    slurm.submit(1, partition="research", gpus=1)
+    slurm.submit(2, partition="main", gpus=1)
+    cycle(rec, clock)
+    assert slurm.jobs[1].partition == "research" and store.job(1).site_factor is None
+    assert "sitefactor" not in [c[0] for c in slurm.job_calls(1)]
+    assert slurm.jobs[2].partition == "main" and store.job(2).site_factor is not None
