@@ -94,16 +94,22 @@ def test_a_run_in_its_prolog_is_not_requeued():
     assert [a for a, _ in _decide(_run(None, 700)).requeue] == [1]
 
 
-def test_the_daemon_reads_over_time_limit_with_preempt_type(site):
+def _profile_of_a_run_past_tprof_with_a_620_s_limit(site, over_time: str, profiling_over_time: str = "") -> str:
     cfg, clock, slurm, store, rec = site
-    slurm.config = {"PreemptType": "preempt/none", "OverTimeLimit": "UNLIMITED"}
+    slurm.config = {"PreemptType": "preempt/none", "OverTimeLimit": over_time}
+    slurm.over_times = {"profiling": profiling_over_time} if profiling_over_time else {}
     slurm.submit(1, partition="main", gpus=1)
     cycle(rec, clock)
     slurm.jobs[1].time_limit_s = 620
     slurm.start(1)
     clock.t += 600
     cycle(rec, clock)
-    assert store.job(1).profile == "requeued"  # not left to run on past its limit in profiling
+    return store.job(1).profile
+
+
+def test_the_daemon_reads_over_time_limit_with_preempt_type(site):
+    # not left to run on past its limit in profiling
+    assert _profile_of_a_run_past_tprof_with_a_620_s_limit(site, "UNLIMITED") == "requeued"
 
 
 def test_a_job_requeued_and_held_by_requeue_exit_hold_is_not_taken_for_ended(site):
@@ -130,16 +136,12 @@ def test_job_file_append_and_a_prolog_without_alloc_are_warned_of():
 
 
 def test_the_profiling_partitions_own_over_time_limit_is_the_one_that_applies(site):
-    cfg, clock, slurm, store, rec = site
-    slurm.config = {"PreemptType": "preempt/none", "OverTimeLimit": "0 min"}
-    slurm.over_times = {"profiling": "UNLIMITED", "main": "NONE"}
-    slurm.submit(1, partition="main", gpus=1)
-    cycle(rec, clock)
-    slurm.jobs[1].time_limit_s = 620
-    slurm.start(1)
-    clock.t += 600
-    cycle(rec, clock)
-    assert store.job(1).profile == "requeued"  # with the cluster's 0 min it would be left to end there
+    # with the cluster's 0 min alone it would be left to end there
+    assert _profile_of_a_run_past_tprof_with_a_620_s_limit(site, "0 min", "UNLIMITED") == "requeued"
+
+
+def test_with_no_over_time_limit_a_run_its_limit_ends_soon_is_left_to_end(site):
+    assert _profile_of_a_run_past_tprof_with_a_620_s_limit(site, "0 min", "NONE") == "abandoned"
 
 
 def test_a_job_sent_to_a_partition_lucidd_does_not_order_gets_no_site_factor(tmp_path):
