@@ -509,6 +509,7 @@ class Reconciler:
                 keep.append(j)
         inbox_jobs = keep
         withdrawn = set()
+        self._read_controller_settings(snap)
         if preempts := self._profiling_preempts(snap):
             # Slurm would start a profiling run by preempting a job it shares a node with: nobody is
             # profiled, and jobs admitted there and not started go back before Slurm starts them so
@@ -642,15 +643,13 @@ class Reconciler:
                     f"({max(p.max_time_s for p in parts)} s)")
         return None
 
-    def _profiling_preempts(self, snap) -> list:
-        """The partitions whose running jobs Slurm would preempt to start a profiling run
-        (slurm_settings.preempted_by_profiling), from this cycle's partitions and slurmctld's
-        PreemptType, read again every PREEMPT_TYPE_RECHECK_S and when a partition's PriorityTier or
-        PreemptMode changes. A PreemptType that could not be read
-        keeps the last one known (none yet: not checked) and is asked again a minute later. Said in
-        the log and in `lucidctl status` when the finding changes."""
-        from .slurm_settings import (PREEMPT_WARNING_PREFIX, over_time_limit_s, preempted_by_profiling,
-                                     preemption_warning)
+    def _read_controller_settings(self, snap) -> None:
+        """slurmctld's PreemptType and OverTimeLimit (one `scontrol show config`), read again every
+        PREEMPT_TYPE_RECHECK_S and when a partition's PriorityTier or PreemptMode changes; a read that
+        fails keeps the last values known (none yet: PreemptType not checked) and is tried again a
+        minute later. Then the OverTimeLimit that applies in profiling: its partition's own, where it
+        sets one, else the cluster's (DecisionInput.over_time_limit_s)."""
+        from .slurm_settings import over_time_limit_s
 
         mono = self.monotonic()
         # `scontrol reconfigure` switches PreemptType at once (seen on 22.05), and the partitions'
@@ -663,19 +662,24 @@ class Reconciler:
             try:
                 config = self.backend.controller_config()
                 self._preempt_type = config.get("PreemptType", self._preempt_type)
-                if "OverTimeLimit" in config:  # read with it (DecisionInput.over_time_limit_s)
+                if "OverTimeLimit" in config:
                     self._over_time_cluster_s = over_time_limit_s(config["OverTimeLimit"])
                 self._preempt_read = mono
             except BackendError as exc:
                 log.warning("slurmctld's PreemptType not read this cycle (%s): %s", exc,
                             "not checked yet" if self._preempt_type is None else f"still {self._preempt_type}")
                 self._preempt_read = mono - PREEMPT_TYPE_RECHECK_S + 60
-        # the profiling partition's own OverTimeLimit, where it sets one, is what applies to its runs
         prof = snap.partitions.get(self.profiling)
         own = (prof.over_time or "").strip().upper() if prof is not None else ""
-        self._over_time_s = (self._over_time_cluster_s if own in ("", "NONE") else
-                             None if own in ("UNLIMITED", "INFINITE") else
-                             int(own) * 60 if own.isdigit() else self._over_time_cluster_s)
+        self._over_time_s = self._over_time_cluster_s if own in ("", "NONE") else over_time_limit_s(own)
+
+    def _profiling_preempts(self, snap) -> list:
+        """The partitions whose running jobs Slurm would preempt to start a profiling run
+        (slurm_settings.preempted_by_profiling), from this cycle's partitions and the PreemptType
+        _read_controller_settings last read. Said in the log and in `lucidctl status` when the
+        finding changes."""
+        from .slurm_settings import PREEMPT_WARNING_PREFIX, preempted_by_profiling, preemption_warning
+
         found = preempted_by_profiling(self._preempt_type, snap.partitions, self.profiling)
         if found != self._preempts_said:
             text = preemption_warning(found, snap.partitions, self.profiling) if found else None
