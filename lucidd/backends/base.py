@@ -82,9 +82,14 @@ def never_ran(start: int | None, end: int | None, nodes) -> bool:
 # licenses, its array's task limit, or a limit of its partition it can never meet. Such a job holds
 # no claim on free GPUs (a review on the test cluster: jobs at their user's QOS limit filled profiling's room, and
 # kept another user's job in the inbox on an idle cluster).
-_NOT_FOR_GPUS = frozenset({"ReqNodeNotAvail", "Reservation", "Licenses", "JobArrayTaskLimit", "MaxMemPerLimit",
-                           "PartitionConfig", "AccountNotAllowed", "QOSNotAllowed", "InvalidAccount", "InvalidQOS",
-                           "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints"})
+# Reasons under which a job never starts where it is (a limit of its partition it can never meet).
+# BadConstraints: more GPUs (or features) than the partition's nodes have, which the inbox (over
+# every node) accepted at submission where Slurm would have refused the job in its own partition;
+# MaxMemPerLimit: more memory per CPU or node than the partition allows (a review).
+CANNOT_RUN_THERE = frozenset({"PartitionConfig", "AccountNotAllowed", "QOSNotAllowed", "InvalidAccount",
+                              "InvalidQOS", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints",
+                              "MaxMemPerLimit"})
+_NOT_FOR_GPUS = CANNOT_RUN_THERE | {"ReqNodeNotAvail", "Reservation", "Licenses", "JobArrayTaskLimit"}
 
 
 def waits_for_other_than_gpus(reason: str | None) -> bool:

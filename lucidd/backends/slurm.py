@@ -360,14 +360,20 @@ def parse_controller_config(text: str) -> dict:
     return out
 
 
-def parse_partitions(text: str, nodes: dict) -> dict:
-    """`scontrol -o show partition` lines -> {name: Partition} (node lists from sinfo's nodes)."""
+def partition_fields(text: str) -> dict:
+    """`scontrol -o show partition` lines -> {name: {setting: text}}."""
     out = {}
     for line in text.splitlines():
         fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
-        name = fields.get("PartitionName")
-        if not name:
-            continue
+        if fields.get("PartitionName"):
+            out[fields["PartitionName"]] = fields
+    return out
+
+
+def parse_partitions(text: str, nodes: dict) -> dict:
+    """`scontrol -o show partition` lines -> {name: Partition} (node lists from sinfo's nodes)."""
+    out = {}
+    for name, fields in partition_fields(text).items():
         members = tuple(n for n, info in nodes.items() if name in info.partitions)
         tier = fields.get("PriorityTier", "")
         whole = [f"{k}={fields[k]}" for k, v in (("OverSubscribe", "EXCLUSIVE"), ("ExclusiveUser", "YES"))
@@ -486,12 +492,7 @@ class SlurmBackend(Backend):
         return {name: p.max_time for name, p in self._partitions().items()}
 
     def partition_settings(self) -> dict:
-        out = {}
-        for line in self.runner.run(["scontrol", "-o", "show", "partition"]).splitlines():
-            fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
-            if fields.get("PartitionName"):
-                out[fields["PartitionName"]] = fields
-        return out
+        return partition_fields(self.runner.run(["scontrol", "-o", "show", "partition"]))
 
     def finished_jobs(self, since: int, until: int | None = None) -> list[dict]:
         def stamp(t):

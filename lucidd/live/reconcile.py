@@ -34,29 +34,21 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
-from ..backends.base import (Backend, BackendError, ClusterSnapshot, LiveJob, never_ran, partition_names,
-                             waits_for_other_than_gpus)
+from ..backends.base import (CANNOT_RUN_THERE, Backend, BackendError, ClusterSnapshot, LiveJob, never_ran,
+                             partition_names, waits_for_other_than_gpus)
 from ..errors import ConfigError, LucidError
 from .store import CycleRow, JobRow, Store, StoreError
 
 log = logging.getLogger("lucidd")
 
 
-# Pending reasons that mean the job may never run in its partition as it stands (Slurm 22.05 lets an
-# administrator's move through and reports these instead of refusing it).
-# BadConstraints: more GPUs (or features) than the partition's nodes have, which the inbox (over
-# every node) accepted at submission where Slurm would have refused the job in its own partition.
-_CANNOT_RUN_THERE = frozenset({"PartitionConfig", "AccountNotAllowed", "QOSNotAllowed", "InvalidAccount",
-                               "InvalidQOS", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints",
-                               # more memory per CPU or node than the partition allows (a review)
-                               "MaxMemPerLimit"})
-
 
 def _cannot_run_there(reason: str) -> bool:
     """A pending reason under which the job never starts where it is: a limit of its partition, or a
     per-job limit of its QOS or association (QOSMaxGRESPerJob, AssocMaxCpuPerJobLimit, ...), which
     plain Slurm refuses at submission with DenyOnLimit and the inbox accepted (a review)."""
-    return reason in _CANNOT_RUN_THERE or (reason.startswith(("QOSMax", "AssocMax")) and "PerJob" in reason)
+    # (Slurm 22.05 lets lucidd's move through and reports these instead of refusing it)
+    return reason in CANNOT_RUN_THERE or (reason.startswith(("QOSMax", "AssocMax")) and "PerJob" in reason)
 
 
 # ----- what the decider sees and returns (plain data) -------------------------------------------
