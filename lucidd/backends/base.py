@@ -106,6 +106,7 @@ class LiveJob:
     name: str = ""
     user: str = ""
     account: str = ""
+    qos: str = ""  # "" when not reported
     partition: str = ""
     state: str = "PENDING"
     reason: str = ""
@@ -212,6 +213,23 @@ class Partition:
     # user's), which a profiling run does not: "" when neither, else the setting as Slurm prints it
     whole_nodes: str = ""
     over_time: str = ""  # the partition's own OverTimeLimit as Slurm prints it ("NONE": the cluster's)
+    # AllowAccounts, DenyAccounts, AllowQos, DenyQos as Slurm prints them ({}: none said): Slurm checks
+    # them against a job's partition, and the inbox and profiling let every account and QOS in
+    access: dict = field(default_factory=dict)
+
+    def refuses(self, account: str, qos: str) -> str | None:
+        """The setting of `access` that keeps out a job of this account and QOS (Slurm's words: "" and
+        ALL are everyone), else None; an account or QOS not known ("") is not judged. Slurm keeps
+        account and QOS names in lower case."""
+        for setting, name in (("AllowAccounts", account), ("DenyAccounts", account),
+                              ("AllowQos", qos), ("DenyQos", qos)):
+            listed = self.access.get(setting, "").strip()
+            if not name or listed.upper() in ("", "ALL"):
+                continue
+            inside = name.lower() in {n.strip().lower() for n in listed.split(",")}
+            if inside == setting.startswith("Deny"):
+                return f"{setting}={listed}"
+        return None
 
 
 @dataclass

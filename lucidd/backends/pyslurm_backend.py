@@ -56,7 +56,7 @@ class PySlurmBackend(SlurmBackend):  # pragma: no cover - needs a pyslurm that m
             gpus = int(per_node.get("gpu", 0) or 0) or (1 if shards else 0)  # a job of shards: one GPU
             jobs.append(LiveJob(
                 job_id=int(d["id"]), name=d.get("name") or "", user=d.get("user_name") or "",
-                account=d.get("account") or "", partition=d.get("partition") or "",
+                account=d.get("account") or "", qos=d.get("qos") or "", partition=d.get("partition") or "",
                 state=str(d.get("state") or "").upper(), reason=d.get("state_reason") or "",
                 gpus=gpus * int(d.get("num_nodes") or 1), shards=shards,
                 nodes=int(d.get("num_nodes") or 1), submit_time=int(d.get("submit_time") or 0),

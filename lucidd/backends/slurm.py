@@ -263,6 +263,7 @@ def parse_job(rec: dict) -> LiveJob:
         name=rec.get("name") or "",
         user=rec.get("user_name") or str(rec.get("user_id", "")),
         account=rec.get("account") or "",
+        qos=rec.get("qos") or "",
         partition=rec.get("partition") or "",
         state=str(state).upper(),
         reason=rec.get("state_reason") or "",
@@ -381,7 +382,9 @@ def parse_partitions(text: str, nodes: dict) -> dict:
         out[name] = Partition(name, fields.get("State", "UP").upper() == "UP", members,
                               sum(nodes[n].gpus for n in members), slurm_minutes_s(fields.get("MaxTime", "")),
                               fields.get("MaxTime", ""), int(tier) if tier.isascii() and tier.isdigit() else None,
-                              fields.get("PreemptMode", ""), ", ".join(whole), fields.get("OverTimeLimit", ""))
+                              fields.get("PreemptMode", ""), ", ".join(whole), fields.get("OverTimeLimit", ""),
+                              {k: fields[k] for k in ("AllowAccounts", "DenyAccounts", "AllowQos", "DenyQos")
+                               if k in fields})
     return out
 
 

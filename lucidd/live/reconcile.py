@@ -633,6 +633,14 @@ class Reconciler:
                                               for p in parts):
             return (f"its time limit, {j.time_limit_s} s, is above {r.target_partition}'s MaxTime "
                     f"({max(p.max_time_s for p in parts)} s)")
+        # Slurm checks these against the job's partition, and lucidd's two let everyone in: a profiling
+        # run would give the job GPUs its partition's access lists deny it (seen on 22.05: moved to main,
+        # the job pends for ever, AccountNotAllowed or QOSNotAllowed, as plain Slurm leaves it)
+        if all(p.refuses(j.account, j.qos) for p in parts):
+            said = [(p.name, p.refuses(j.account, j.qos)) for p in parts]
+            return "; ".join(f"{name} ({setting}) does not let in its "
+                             + (f"account {j.account}" if "Accounts" in setting else f"QOS {j.qos}")
+                             for name, setting in said)
         return None
 
     def _read_controller_settings(self, snap) -> None:

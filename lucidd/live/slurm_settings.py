@@ -143,12 +143,13 @@ def preemption_warning(preempted: list, partitions: dict, profiling: str) -> str
 
 
 # Partition settings Slurm applies at submission, against the partition the job is submitted to
-# (the inbox, under job_submit.lua), and that do not hold in the inbox or in profiling: access
-# lists, per-node limits, a partition QOS, and the defaults a job without --mem or --cpus-per-gpu
-# gets (a review on a test cluster, 2 December 2026: a job of an account research does not allow ran
-# its profiling run; four 1-GPU profiling runs ran at once where main's QOS allowed 2 GPUs; a job
-# kept the inbox's 1 CPU and DefMemPerCPU where main gives DefCpuPerGPU=4 and DefMemPerGPU)
-_AT_SUBMISSION = ("AllowAccounts", "DenyAccounts", "AllowQos", "DenyQos", "QoS", "MaxCPUsPerNode", "MaxMemPerNode",
+# (the inbox, under job_submit.lua), and that do not hold in the inbox or in profiling: per-node
+# limits, a partition QOS, and the defaults a job without --mem or --cpus-per-gpu gets (a review on a
+# test cluster, 2 December 2026: four 1-GPU profiling runs ran at once where main's QOS allowed 2
+# GPUs; a job kept the inbox's 1 CPU and DefMemPerCPU where main gives DefCpuPerGPU=4 and
+# DefMemPerGPU). Access lists (AllowAccounts, DenyQos, ...) are not among them: lucidd sends a job
+# they keep out to its partition unprofiled (Partition.refuses), where Slurm keeps it pending.
+_AT_SUBMISSION = ("QoS", "MaxCPUsPerNode", "MaxMemPerNode",
                   "MaxMemPerCPU", "DefMemPerNode", "DefMemPerCPU", "JobDefaults")
 
 

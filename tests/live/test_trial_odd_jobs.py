@@ -256,6 +256,52 @@ def test_a_job_its_partition_can_never_start_is_not_profiled_first(cluster, kw, 
     assert slurm.jobs[18].partition == "research"
 
 
+def test_partition_access_lists_are_read_and_judged():
+    """scontrol's AllowAccounts, DenyAccounts, AllowQos and DenyQos as 22.05 prints them."""
+    from lucidd.backends.slurm import parse_partitions
+
+    parts = parse_partitions("PartitionName=main AllowGroups=ALL AllowAccounts=research,Vision DenyQos=normal "
+                             "State=UP\nPartitionName=open AllowAccounts=ALL DenyQos= AllowQos=ALL State=UP\n"
+                             "PartitionName=deny AllowAccounts=ALL DenyAccounts=root State=UP", {})
+    main, open_, deny = parts["main"], parts["open"], parts["deny"]
+    assert main.refuses("root", "high") == "AllowAccounts=research,Vision"
+    assert main.refuses("vision", "high") is None  # Slurm keeps account names in lower case
+    assert main.refuses("research", "normal") == "DenyQos=normal"
+    assert main.refuses("", "") is None  # not known: not judged
+    assert open_.refuses("root", "normal") is None
+    assert deny.refuses("root", "normal") == "DenyAccounts=root" and deny.refuses("research", "") is None
+
+
+@pytest.mark.parametrize("access,asked,why", [
+    ({"AllowAccounts": "research"}, "research", "research (AllowAccounts=research) does not let in its account root"),
+    ({"DenyQos": "normal"}, "research", "research (DenyQos=normal) does not let in its QOS normal"),
+    ({"AllowAccounts": "research"}, "research,main", None),  # main lets it in: profiled as before
+])
+def test_a_job_its_partition_keeps_out_is_not_profiled(cluster, access, asked, why):  # noqa: F811
+    """main with AllowAccounts=research (seen on 22.05): the move of a root job is accepted and the job
+    pends for ever, AccountNotAllowed, as plain Slurm leaves it. Profiling lets every account in, so a
+    profiling run first gave it GPUs its partition's lists deny it."""
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False, skip_when_free=False)
+    slurm.partitions.append("research")
+    rec_ = lucidd()
+    orig = slurm.snapshot
+
+    def snapshot():
+        snap = orig()
+        snap.partitions["research"].access = dict(access)
+        return snap
+
+    slurm.snapshot = snapshot
+    slurm.submit(19, partition=asked, gpus=1, account="root", qos="normal")
+    run_cycles(rec_, clock, 10)
+    row = store.job(19)
+    if why is None:
+        assert row.profile != "skipped" and slurm.jobs[19].partition == "profiling"
+    else:
+        assert row.phase == "released" and row.profile == "skipped" and why in row.profile_reason
+        assert slurm.jobs[19].partition == "research"
+
+
 def test_a_completing_requeue_is_not_taken_for_a_new_start(cluster):  # noqa: F811
     """A requeue completing on a node that did not answer (COMPLETING for a minute) carried a start
     time explain then told as a start that never happened."""
