@@ -216,6 +216,7 @@ class Partition:
     # AllowAccounts, DenyAccounts, AllowQos, DenyQos as Slurm prints them ({}: none said): Slurm checks
     # them against a job's partition, and the inbox and profiling let every account and QOS in
     access: dict = field(default_factory=dict)
+    state: str = ""  # State as Slurm prints it (UP, DOWN, DRAIN, INACTIVE; "": not said)
 
     def refuses(self, account: str, qos: str) -> str | None:
         """The setting of `access` that keeps out a job of this account and QOS (Slurm's words: "" and

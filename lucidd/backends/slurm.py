@@ -384,7 +384,7 @@ def parse_partitions(text: str, nodes: dict) -> dict:
                               fields.get("MaxTime", ""), int(tier) if tier.isascii() and tier.isdigit() else None,
                               fields.get("PreemptMode", ""), ", ".join(whole), fields.get("OverTimeLimit", ""),
                               {k: fields[k] for k in ("AllowAccounts", "DenyAccounts", "AllowQos", "DenyQos")
-                               if k in fields})
+                               if k in fields}, fields.get("State", "").upper())
     return out
 
 

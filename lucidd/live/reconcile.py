@@ -279,6 +279,7 @@ class Reconciler:
         self._over_time_cluster_s = 0  # slurmctld's OverTimeLimit, s (None: UNLIMITED), read with PreemptType
         self._over_time_s = 0  # what applies in profiling: its partition's own, else the cluster's
         self._prof_gpus_gone_at = None  # when the profiling partition was first seen without a usable GPU
+        self._profiling_closed_said = None  # why the profiling partition starts no run, as last logged
         self._preempt_view = None  # the partitions' (name, PriorityTier, PreemptMode) at that read
         # the partitions a profiling run would preempt, as last said (None: not yet this run; the
         # first cycle also clears a finding a lucidd before this one stored)
@@ -502,11 +503,16 @@ class Reconciler:
         inbox_jobs = keep
         withdrawn = set()
         self._read_controller_settings(snap)
-        if preempts := self._profiling_preempts(snap):
-            # Slurm would start a profiling run by preempting a job it shares a node with: nobody is
-            # profiled, and jobs admitted there and not started go back before Slurm starts them so
+        preempts = self._profiling_preempts(snap)
+        closed = self._profiling_closed(snap)
+        if preempts or closed:
+            # Slurm would start a profiling run by preempting a job it shares a node with, or starts none
+            # there at all (an admin set the partition DOWN: jobs admitted there waited 2 x Tprof, told
+            # "no node there had its GPUs free"; a review): nobody is profiled, and jobs admitted there
+            # and not started go back
             why = (f"not profiled: a run in {self.profiling} would preempt running jobs of {', '.join(preempts)} "
-                   f"(PreemptType=preempt/partition_prio; see lucidd's log or `lucidctl status`)")
+                   f"(PreemptType=preempt/partition_prio; see lucidd's log or `lucidctl status`)" if preempts else
+                   f"not profiled: {closed}")
             direct += [(j.job_id, why) for j in inbox_jobs]
             inbox_jobs = []
             for jid, r in records.items():
@@ -568,7 +574,12 @@ class Reconciler:
         self._save(changed.values())
         # keep the inbox closed while lucidd runs (it may have been opened by lucidd-failopen)
         inbox = snap.partitions.get(self.inbox)
-        if inbox is not None and inbox.up and not self.dry_run:
+        # (DRAIN or INACTIVE too: job_submit.lua routes jobs only while the inbox is DOWN, so every new
+        # job went straight to its partition, unprofiled and unordered, with nothing said: a review)
+        if inbox is not None and (inbox.up or inbox.state not in ("", "DOWN")) and not self.dry_run:
+            if not inbox.up:
+                log.error("partition %s ([slurm] inbox_partition) is %s: job_submit.lua routes no job through "
+                          "lucidd until it is DOWN; lucidd sets it DOWN", self.inbox, inbox.state)
             self._act(f"close-inbox:{now}", None, "close_inbox", {}, "lucidd is running: new jobs wait for it",
                       lambda: self.backend.set_partition_up(self.inbox, False), now, idempotent=False)
             n += 1
@@ -694,6 +705,27 @@ class Reconciler:
                             self.profiling)
             self._preempts_said = found
         return found
+
+    def _profiling_closed(self, snap) -> str | None:
+        """Why Slurm starts no run in the profiling partition (DOWN, DRAIN or INACTIVE, or not listed),
+        else None; said once in the log when it changes. A shadow (--dry-run) runs before the
+        partition exists (_profiling_nodes) and moves nothing: not judged."""
+        part = snap.partitions.get(self.profiling)
+        if self.dry_run or not snap.partitions:
+            why = None
+        elif part is None:
+            why = f"Slurm lists no partition {self.profiling} ([slurm] profiling_partition)"
+        elif not part.up:
+            why = f"partition {self.profiling} is {part.state or 'not UP'}"
+        else:
+            why = None
+        if why != self._profiling_closed_said:
+            if why:
+                log.error("%s: lucidd profiles no job until it is UP; new jobs go straight to their partitions", why)
+            elif self._profiling_closed_said:
+                log.warning("partition %s is UP again: profiling is on again", self.profiling)
+            self._profiling_closed_said = why
+        return why
 
     def _partition_gpu_memory(self, snap) -> dict:
         """partition -> {GPU node: its smallest GPU's MiB as its sampler last said, or None}. The

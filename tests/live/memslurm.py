@@ -47,6 +47,7 @@ class MemSlurm(Backend):
         self.preempt_modes = {}  # partition -> PreemptMode as scontrol prints it
         self.whole_nodes = {}  # partition -> "OverSubscribe=EXCLUSIVE" / "ExclusiveUser=YES" where set
         self.over_times = {}  # partition -> its own OverTimeLimit as scontrol prints it ("NONE": the cluster's)
+        self.states = {}  # partition -> a State other than UP an admin set (the inbox: other than lucidd's)
 
     # -- what a test does to the cluster ----------------------------------------------------------
     def submit(self, job_id: int, partition="main", gpus=1, **kw) -> LiveJob:
@@ -75,9 +76,12 @@ class MemSlurm(Backend):
     # -- Backend ------------------------------------------------------------------------------------
     def snapshot(self) -> ClusterSnapshot:
         total = sum(n.gpus for n in self.nodes.values())
-        parts = {p: Partition(p, self.inbox_up if p == "inbox" else True, tuple(self.nodes), total,
+        # (`states`: a partition's State as an admin set it, DOWN, DRAIN, INACTIVE: not UP)
+        parts = {p: Partition(p, (self.inbox_up if p == "inbox" else True) and p not in self.states,
+                              tuple(self.nodes), total,
                               priority_tier=self.tiers.get(p), preempt_mode=self.preempt_modes.get(p, ""),
-                              whole_nodes=self.whole_nodes.get(p, ""), over_time=self.over_times.get(p, ""))
+                              whole_nodes=self.whole_nodes.get(p, ""), over_time=self.over_times.get(p, ""),
+                              state=self.states.get(p, ""))
                  for p in self.partitions}
         return ClusterSnapshot(int(self.clock()), [replace(j) for j in self.jobs.values()], parts, dict(self.nodes))
 
@@ -151,6 +155,7 @@ class MemSlurm(Backend):
 
     def set_partition_up(self, name: str, up: bool) -> None:
         self.calls.append(("partition", (), name, up))
+        self.states.pop(name, None)
         if name == "inbox":
             self.inbox_up = up
 

@@ -165,3 +165,49 @@ def test_a_finding_a_lucidd_before_stored_is_cleared_at_the_first_cycle(site, ca
         cycle(rec, clock)
     assert json.loads(store.get_meta("slurm_warnings")) == ["bf_window"]
     assert not caplog.records  # nothing to say: there was no finding in this run
+
+
+@pytest.mark.parametrize("state", ["DOWN", "DRAIN", "INACTIVE", None])
+def test_nobody_is_profiled_while_the_profiling_partition_starts_no_run(site, caplog, state):
+    """An admin set `profiling` DOWN (or INACTIVE, or removed it): jobs admitted there waited 2 x Tprof,
+    then went on told "no node there had its GPUs free" (a review on a test cluster, 3 December 2026)."""
+    clock, slurm, store, rec = site
+    slurm.config = {"PreemptType": "preempt/none"}
+    slurm.submit(1, partition="main", gpus=1)
+    cycle(rec, clock)
+    assert slurm.jobs[1].partition == "profiling"
+    if state is None:
+        slurm.partitions.remove("profiling")
+    else:
+        slurm.states["profiling"] = state
+    slurm.submit(2, partition="main", gpus=1)
+    with caplog.at_level(logging.WARNING):
+        cycle(rec, clock, 3)
+    said = "Slurm lists no partition profiling" if state is None else f"partition profiling is {state}"
+    assert slurm.jobs[1].partition == "main" and f"admitted, not started; {said}" in store.job(1).profile_reason
+    assert slurm.jobs[2].partition == "main" and store.job(2).profile_reason.startswith(f"not profiled: {said}")
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and said in errors[0]  # said once
+    if state is not None:
+        del slurm.states["profiling"]
+        slurm.submit(3, partition="main", gpus=1)
+        with caplog.at_level(logging.WARNING):
+            cycle(rec, clock)
+        assert slurm.jobs[3].partition == "profiling"
+        assert any("profiling is on again" in r.getMessage() for r in caplog.records)
+
+
+def test_an_inbox_an_admin_drained_is_set_down_again(site, caplog):
+    """job_submit.lua routes jobs only while the inbox is DOWN: DRAINed, every new job went straight
+    to its partition, unprofiled and unordered, and lucidd said nothing (a review)."""
+    clock, slurm, store, rec = site
+    slurm.config = {"PreemptType": "preempt/none"}
+    slurm.states["inbox"] = "DRAIN"
+    with caplog.at_level(logging.WARNING):
+        cycle(rec, clock)
+    assert ("partition", (), "inbox", False) in slurm.calls and "inbox" not in slurm.states
+    assert any("inbox" in r.getMessage() and "DRAIN" in r.getMessage() for r in caplog.records
+               if r.levelno == logging.ERROR)
+    n = len(slurm.calls)
+    cycle(rec, clock)
+    assert not [c for c in slurm.calls[n:] if c[0] == "partition"]  # DOWN now: left so
