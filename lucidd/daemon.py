@@ -169,7 +169,8 @@ class Daemon:
                 return None  # a backend that cannot tell: nothing checked, which is not "no problem"
             max_times = self.backend.partition_max_times()
             ordered = set(s.managed_partitions) or set(max_times) - {s.inbox_partition, s.profiling_partition}
-            warnings = slurm_settings_warnings(config, max_times, ordered, self.cfg.ordering.enabled)
+            warnings = slurm_settings_warnings(config, max_times, ordered, self.cfg.ordering.enabled,
+                                               self.cfg.daemon.interval_s)
         except BackendError as exc:
             log.warning("Slurm's settings not checked at start (%s)", exc)
             return None

@@ -50,12 +50,14 @@ def _duration_text(seconds: int) -> str:
     return f"{d} {rest / 3600:g} h" if days and rest else d if days else f"{seconds / 3600:g} h"
 
 
-def slurm_settings_warnings(config: dict, max_times: dict, ordered: set, ordering_enabled: bool) -> list[str]:
+def slurm_settings_warnings(config: dict, max_times: dict, ordered: set, ordering_enabled: bool,
+                            interval_s: float | None = None) -> list[str]:
     """Warnings, one line each, for the settings above.
 
     config: {name: value} of `scontrol show config` ({} when unknown: nothing checked);
     max_times: {partition: MaxTime text}; ordered: the partitions whose jobs lucidd orders (the
-    bf_window check is about them: the profiling partition's MaxTime is INFINITE by design)."""
+    bf_window check is about them: the profiling partition's MaxTime is INFINITE by design);
+    interval_s: lucidd's cycle ([daemon] interval_s; None: MinJobAge not checked)."""
     out = []
     if not config:
         return out
@@ -86,6 +88,14 @@ def slurm_settings_warnings(config: dict, max_times: dict, ordered: set, orderin
     if append and append != "1":
         out.append(f"JobFileAppend={append}: a profiled job's restart in its partition truncates its output file, "
                    "so the profiling run's output is lost; set JobFileAppend=1 (docs/deploy.md, slurm.conf)")
+    # a job that ends is kept in slurmctld's memory (squeue) MinJobAge seconds: one gone before
+    # lucidd's cycles saw it end is closed as GONE, without its end (MinJobAge=2: 7 of 7 short jobs,
+    # their profiling runs included; a review on a test cluster, 3 December 2026)
+    age = re.match(r"^\s*(\d+)", config.get("MinJobAge", ""))
+    if interval_s and age and int(age.group(1)) < 3 * interval_s:
+        out.append(f"MinJobAge={age.group(1)} s, under 3 x lucidd's interval_s ({interval_s:g} s): a job that ends "
+                   "leaves squeue before lucidd sees how, and is recorded as GONE, without its end or where it "
+                   f"ended (explain); set MinJobAge to {int(3 * interval_s)} s or more (Slurm's default is 300)")
     prolog = config.get("Prolog", "").strip()
     flags = config.get("PrologFlags", "").lower()
     if prolog and prolog != "(null)" and "alloc" not in flags and "contain" not in flags:
