@@ -411,7 +411,7 @@ def explain_data(cfg, store, job_id, now=None) -> dict:
     if r is None:
         raise LucidError(f"job {jid} is not in lucidd's database (never seen by lucidd, from before it ran, or "
                          f"ended more than [daemon] keep_days ({cfg.daemon.keep_days}) ago)")
-    actions = store.actions_for(jid)
+    actions = store.actions_for(jid, since=r.first_seen)
     # a job first seen outside the inbox (lucidd started on a busy cluster, a shadow) was never
     # routed by job_submit.lua: where it was is all lucidd knows, not what its owner asked for
     seen_outside = (r.profile_reason or "").startswith("first seen in partition")

@@ -200,6 +200,20 @@ def _denied(exc) -> bool:
     return "permission denied" in str(exc).lower()
 
 
+def _another_job(r: JobRow, j: LiveJob) -> bool:
+    """Whether `j` is a job other than the one `r` records, under the same id: another user's, or one never
+    restarted whose submit time is not the one recorded (Slurm changes a job's submit time only when it
+    restarts it, and counts that in its restart count)."""
+    if r.user and j.user and r.user != j.user:
+        return True
+    return (j.restart_count == 0 and r.restarts == 0 and bool(j.submit_time) and bool(r.original_submit)
+            and j.submit_time != r.original_submit)
+
+
+def _utc(t) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) if t else "-"
+
+
 def _not_answering(node) -> bool:
     """slurmd on the node does not answer slurmctld (NOT_RESPONDING, or DOWN: Slurm marks a node
     down when it stops answering), so a signal to a job there is not delivered."""
@@ -393,6 +407,19 @@ class Reconciler:
         seen = {j.job_id: j for j in snap.jobs}
         records = self._open_records()
         changed, new_ids = {}, set()
+        # 1b. a record whose id Slurm gave to another job (slurmctld restarted without its state, or ids
+        # wrapped): taken for the old job, the new one went to the old one's partition unprofiled, or kept
+        # its SiteFactor unsent (equal to the old one's) (a review on a test cluster). It is closed, and
+        # the new job is registered below as the new job it is.
+        for j in snap.jobs:
+            r = records.get(j.job_id)
+            if r is not None and not j.ended and _another_job(r, j):
+                log.warning("job %s: Slurm gave its id to another job (user %s, submitted %s; lucidd's record: "
+                            "user %s, submitted %s): the record is closed as GONE, the job seen as new",
+                            j.job_id, j.user, _utc(j.submit_time), r.user, _utc(r.original_submit))
+                self._close(r, None, now)
+                self._save([r])
+                self._forget(j.job_id, records)
         # 2. register and close
         for j in snap.jobs:
             if j.ended or j.job_id in records:
@@ -427,11 +454,7 @@ class Reconciler:
             if j is None or j.ended:
                 self._close(r, j, now)
                 changed[jid] = r
-                del records[jid]
-                self._records.pop(jid, None)
-                self._unmovable.pop(jid, None)
-                self._refused.pop(jid, None)
-                self._held_back.pop(jid, None)
+                self._forget(jid, records)
                 continue
             if not self.dry_run:
                 self._adopt(r, j, now, changed)
@@ -951,6 +974,12 @@ class Reconciler:
         if self._records is None:
             self._records = self.store.open_jobs()
         return self._records
+
+    def _forget(self, job_id: int, records: dict):
+        """Drop a closed record from this cycle's records and from what lucidd keeps of it between cycles."""
+        del records[job_id]
+        for kept in (self._records, self._unmovable, self._refused, self._held_back):
+            kept.pop(job_id, None)
 
     def _close(self, r: JobRow, j: LiveJob | None, now: int):
         was, r.phase = r.phase, "done"

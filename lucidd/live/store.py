@@ -647,9 +647,15 @@ class Store:
                 row.status, row.applied_at, row.error = "applied", int(now), note
             return len(rows)
 
-    def actions_for(self, job_id) -> list:
+    def actions_for(self, job_id, since=None) -> list:
+        """The actions on a job id, oldest first; with `since` (the job's first_seen) only those made at or
+        after it: an earlier job of the same id (Slurm's ids wrapped, or slurmctld lost its state and gave
+        them again) is not mixed into this one's story (a review saw another job's requeue in explain)."""
+        q = select(ActionRow).where(ActionRow.job_id == int(job_id))
+        if since is not None:
+            q = q.where(ActionRow.created_at >= int(since))
         with self.session() as s:
-            return list(s.scalars(select(ActionRow).where(ActionRow.job_id == int(job_id)).order_by(ActionRow.id)))
+            return list(s.scalars(q.order_by(ActionRow.id)))
 
     def recent_actions(self, limit=50) -> list:
         return [a for a, _user in self.action_log(limit=limit)]

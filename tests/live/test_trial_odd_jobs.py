@@ -450,3 +450,33 @@ def test_a_reclaimed_lent_run_is_warned_first(tmp_path):
     x.signalled = {(1, 0, 0): NOW - 40}  # sent 40 s ago: half the grace (30 s) has passed
     plan = d.decide(x)
     assert [jid for jid, _ in plan.requeue] == [1] and not plan.signal
+
+
+@pytest.mark.parametrize("change", [{"user": "bob"}, {"submit_time_shift": 3600}])
+def test_a_job_given_an_old_jobs_id_is_a_new_job(cluster, change):  # noqa: F811
+    """slurmctld restarted without its state and gave job 1's id to another job (a review on a test
+    cluster): taken for the old job, released to research, the new job went there unprofiled, and
+    `explain` told both jobs' actions as one story."""
+    from lucidd.admin_cli import explain_data
+
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False, skip_when_free=False)
+    slurm.partitions.append("research")
+    rec_ = lucidd()
+    slurm.submit(1, partition="research", gpus=1, user="alice")
+    run_cycles(rec_, clock, 20)
+    assert slurm.jobs[1].partition == "profiling"
+    slurm.start(1)
+    run_cycles(rec_, clock, 700)  # its Tprof (600 s), its requeue and release to research
+    assert slurm.jobs[1].partition == "research" and store.job(1).phase == "released"
+    old = store.job(1)
+    # slurmctld's state is lost; the id comes again, for a new job of main, in the inbox
+    clock.t += 60
+    del slurm.jobs[1]
+    new = slurm.submit(1, partition="main", gpus=1, user=change.get("user", "alice"))
+    new.submit_time += change.get("submit_time_shift", 0)
+    run_cycles(rec_, clock, 20)
+    row = store.job(1)
+    assert row.first_seen > old.first_seen and row.requested_partition == "main"
+    assert slurm.jobs[1].partition == "profiling" and row.profile == "admitted"
+    story = " | ".join(explain_data(cfg, store, 1, now=clock.t)["story"])
+    assert "research" not in story and "requeue" not in story, story
