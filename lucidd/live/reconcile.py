@@ -490,6 +490,12 @@ class Reconciler:
                     changed[jid] = r
                 if j.pending and j.restart_count > r.restarts and now >= (r.requeued_at or now) + 1:
                     releasing.append(j)
+                elif (j.state == "RUNNING" and j.restart_count > r.restarts and j.reason != "Prolog"
+                      and j.start_time and now - j.start_time <= max(60.0, 3 * self.cfg.daemon.interval_s)
+                      and not self.dry_run and not self._controller_settling()):
+                    # (only a restart seen within its first minute: one that began while lucidd was away
+                    # has run on, and is left to finish, as other runs lucidd was away for)
+                    self._requeue_restarted_run(j, r, now)
         # 4. decide
         inbox_jobs = [seen[jid] for jid, r in records.items()
                       if r.phase == "inbox" and seen[jid].pending and (seen[jid].partition == self.inbox or self.dry_run)]
@@ -1122,6 +1128,17 @@ class Reconciler:
             self.backend.signal(job_id, sig, batch_only)
         except BackendError as exc:
             raise BackendError(str(exc) or "scancel --signal failed", transient=False) from None
+
+    def _requeue_restarted_run(self, j: LiveJob, r: JobRow, now: int):
+        """A requeued job whose restart began in profiling before lucidd released it: its owner (or an
+        admin) ran `scontrol update jobid=X starttime=now` during the requeue's wait, and it ran to its
+        end there, ahead of every queue (a review on a test cluster). Requeued again, once per restart,
+        while it has run only seconds; lucidd then releases it as after any requeue."""
+        if self._act(self._key("requeue", j.job_id, {j.job_id: r}, "restarted", j.restart_count), j.job_id,
+                     "requeue", {}, f"its restart {j.restart_count} began in {self.profiling}, not in "
+                     f"{r.target_partition}: requeued again", lambda: self._requeue_if_still_running(j), now):
+            log.warning("job %s: restart %d began in %s before lucidd released it (its begin time changed?): "
+                        "requeued again", j.job_id, j.restart_count, self.profiling)
 
     def _requeue_if_still_running(self, j: LiveJob):
         """`scontrol requeue` of the run this cycle saw, if it is still running. Slurm requeues a job

@@ -480,3 +480,26 @@ def test_a_job_given_an_old_jobs_id_is_a_new_job(cluster, change):  # noqa: F811
     assert slurm.jobs[1].partition == "profiling" and row.profile == "admitted"
     story = " | ".join(explain_data(cfg, store, 1, now=clock.t)["story"])
     assert "research" not in story and "requeue" not in story, story
+
+
+@pytest.mark.parametrize("seen_after_s, requeued_again", [(10, True), (600, False)])
+def test_a_restart_that_began_in_profiling_is_requeued_again(cluster, seen_after_s, requeued_again):  # noqa: F811
+    """The owner's `scontrol update jobid=X starttime=now` while its requeue waited in profiling: the
+    restart began there, and the job ran to its end in profiling, ahead of every queue (a review on a
+    test cluster). A restart lucidd sees only long after it began (lucidd was away) is left to finish."""
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False, skip_when_free=False)
+    rec_ = lucidd()
+    start_profiling_run(rec_, clock, slurm, 31)
+    # Tprof reached: requeued; the restart begins in profiling before the cycle that would release it
+    while store.job(31).profile != "requeued":
+        run_cycles(rec_, clock, 10)
+    j = slurm.jobs[31]
+    assert j.partition == "profiling" and j.pending
+    j.state, j.start_time = "RUNNING", int(clock.t)
+    clock.t += seen_after_s - 10
+    run_cycles(rec_, clock, 10)
+    requeues = [c for c in slurm.job_calls(31) if c[0] == "requeue"]
+    assert len(requeues) == (2 if requeued_again else 1), slurm.job_calls(31)
+    if requeued_again:
+        run_cycles(rec_, clock, 20)
+        assert slurm.jobs[31].partition == "main"
