@@ -294,6 +294,7 @@ class Reconciler:
         self._over_time_s = 0  # what applies in profiling: its partition's own, else the cluster's
         self._prof_gpus_gone_at = None  # when the profiling partition was first seen without a usable GPU
         self._profiling_closed_said = None  # why the profiling partition starts no run, as last logged
+        self._empty_read_before = False  # the last snapshot listed no job while records were open
         self._preempt_view = None  # the partitions' (name, PriorityTier, PreemptMode) at that read
         # the partitions a profiling run would preempt, as last said (None: not yet this run; the
         # first cycle also clears a finding a lucidd before this one stored)
@@ -406,6 +407,15 @@ class Reconciler:
         now = snap.now
         seen = {j.job_id: j for j in snap.jobs}
         records = self._open_records()
+        if not snap.jobs and records and not self._empty_read_before:
+            # A well-formed reply that lists no job at all while lucidd follows some: every record would
+            # be closed as GONE, and made again at the next read as jobs first seen, a run left to finish
+            # in profiling then requeued (a review, with a squeue that answered so once). Jobs that end
+            # stay listed MinJobAge (300 s by default): taken for a bad read once; a second one is believed.
+            self._empty_read_before = True
+            raise BackendError(f"squeue listed no job at all while lucidd follows {len(records)}: taken for a bad "
+                               "reply, the next read decides", transient=True)
+        self._empty_read_before = False
         changed, new_ids = {}, set()
         # 1b. a record whose id Slurm gave to another job (slurmctld restarted without its state, or ids
         # wrapped): taken for the old job, the new one went to the old one's partition unprofiled, or kept

@@ -503,3 +503,26 @@ def test_a_restart_that_began_in_profiling_is_requeued_again(cluster, seen_after
     if requeued_again:
         run_cycles(rec_, clock, 20)
         assert slurm.jobs[31].partition == "main"
+
+
+def test_one_empty_squeue_reply_closes_no_record(cluster):  # noqa: F811
+    """A well-formed squeue reply listing no job while lucidd followed some closed every record as
+    GONE; at the next read each was a job first seen (a review). Once is taken for a bad reply; a
+    second empty reply is believed."""
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False, skip_when_free=False)
+    rec_ = lucidd()
+    start_profiling_run(rec_, clock, slurm, 41)
+    first_seen = store.job(41).first_seen
+    kept = dict(slurm.jobs)
+    slurm.jobs.clear()
+    clock.t += 10
+    assert not rec_.cycle().ok
+    slurm.jobs.update(kept)
+    run_cycles(rec_, clock, 10)
+    row = store.job(41)
+    assert row.phase != "done" and row.first_seen == first_seen
+    slurm.jobs.clear()
+    clock.t += 10
+    assert not rec_.cycle().ok
+    run_cycles(rec_, clock, 10)  # empty again: believed
+    assert store.job(41).phase == "done" and store.job(41).final_state == "GONE"
