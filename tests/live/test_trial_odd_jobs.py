@@ -233,22 +233,29 @@ def test_partition_max_time_is_read_from_scontrol():
     assert parts["research"].max_time_s == 300 and parts["main"].max_time_s is None
 
 
+def _with_research(cluster, **settings):  # noqa: F811
+    """A lucidd (no lending, no skip when free) on a cluster with partition research, whose Partition
+    Slurm reports with `settings` (MaxTime, access lists, ...)."""
+    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False, skip_when_free=False)
+    slurm.partitions.append("research")
+    orig = slurm.snapshot
+
+    def snapshot():
+        snap = orig()
+        for k, v in settings.items():
+            setattr(snap.partitions["research"], k, v)
+        return snap
+
+    slurm.snapshot = snapshot
+    return cfg, clock, slurm, store, lucidd()
+
+
 @pytest.mark.parametrize("kw,why", [({"time_limit_s": 600}, "above research's MaxTime (300 s)"),
                                     ({"gpus": 20}, "more than research has (16)")])
 def test_a_job_its_partition_can_never_start_is_not_profiled_first(cluster, kw, why):  # noqa: F811
     """`-p research -t 10` with research's MaxTime 5 min: the job ran 21 s in profiling, then pended
     with PartitionTimeLimit for ever (flagged only then). It goes to its partition unprofiled now."""
-    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False, skip_when_free=False)
-    slurm.partitions.append("research")
-    rec_ = lucidd()
-    orig = slurm.snapshot
-
-    def snapshot():
-        snap = orig()
-        snap.partitions["research"].max_time_s = 300
-        return snap
-
-    slurm.snapshot = snapshot
+    cfg, clock, slurm, store, rec_ = _with_research(cluster, max_time_s=300)
     slurm.submit(18, partition="research", **({"gpus": 1} | kw))
     run_cycles(rec_, clock, 10)
     row = store.job(18)
@@ -281,17 +288,7 @@ def test_a_job_its_partition_keeps_out_is_not_profiled(cluster, access, asked, w
     """main with AllowAccounts=research (seen on 22.05): the move of a root job is accepted and the job
     pends for ever, AccountNotAllowed, as plain Slurm leaves it. Profiling lets every account in, so a
     profiling run first gave it GPUs its partition's lists deny it."""
-    cfg, clock, slurm, store, lucidd = cluster(lend_idle_gpus=False, skip_when_free=False)
-    slurm.partitions.append("research")
-    rec_ = lucidd()
-    orig = slurm.snapshot
-
-    def snapshot():
-        snap = orig()
-        snap.partitions["research"].access = dict(access)
-        return snap
-
-    slurm.snapshot = snapshot
+    cfg, clock, slurm, store, rec_ = _with_research(cluster, access=dict(access))
     slurm.submit(19, partition=asked, gpus=1, account="root", qos="normal")
     run_cycles(rec_, clock, 10)
     row = store.job(19)
