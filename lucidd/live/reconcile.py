@@ -686,8 +686,8 @@ class Reconciler:
         # Slurm checks these against the job's partition, and lucidd's two let everyone in: a profiling
         # run would give the job GPUs its partition's access lists deny it (seen on 22.05: moved to main,
         # the job pends for ever, AccountNotAllowed or QOSNotAllowed, as plain Slurm leaves it)
-        if all(p.refuses(j.account, j.qos) for p in parts):
-            said = [(p.name, p.refuses(j.account, j.qos)) for p in parts]
+        said = [(p.name, p.refuses(j.account, j.qos)) for p in parts]
+        if all(setting for _, setting in said):
             return "; ".join(f"{name} ({setting}) does not let in its "
                              + (f"account {j.account}" if "Accounts" in setting else f"QOS {j.qos}")
                              for name, setting in said)
