@@ -37,6 +37,12 @@ class InstanceLockLost(LucidError):
     restart ends the session that held it): this one stops, and gives nothing back (the other runs)."""
 
 
+class DatabaseFileGone(LucidError):
+    """The SQLite file lucidd writes to was deleted or replaced under it: its writes reach no file
+    anyone can read. lucidd stops in order (the inbox opens) with exit 1, and systemd starts it
+    again on a new database, where it adopts the jobs it finds in Slurm."""
+
+
 class HeartbeatUnwritable(LucidError):
     """The heartbeat could not be written three cycles running: lucidd stops in order (the inbox
     opens) rather than race lucidd-failopen, which opens the inbox whenever it looks."""
@@ -261,6 +267,9 @@ class Daemon:
                 self.store.ping()
             # the lock before anything is written, as at start: after a database restart another lucidd
             # may have taken the database (and upgraded its schema); this one then leaves it alone
+            if not self.check and (gone := self.store.file_replaced()):
+                raise DatabaseFileGone(f"{gone}: lucidd stops and opens the inbox; started again (systemd), it "
+                                       "makes a new database and adopts the jobs Slurm has")
             if not self.check and not self.store.instance_lock_alive():
                 self.store.release_instance_lock()
                 if not self.store.hold_instance_lock():
@@ -533,6 +542,9 @@ def main(argv=None) -> int:
     except HeartbeatUnwritable as exc:
         log.error("%s", exc)
         return 2
+    except DatabaseFileGone as exc:  # exit 1: restarted (Restart=on-failure) on a new database
+        log.error("%s", exc)
+        return 1
     except InstanceLockLost as exc:
         log.error("%s", exc)
         return 3

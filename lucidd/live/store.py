@@ -447,6 +447,31 @@ class Store:
             return True
         return True
 
+    def file_replaced(self) -> str | None:
+        """SQLite: why the file at the database's path is no longer the one lucidd writes to (deleted,
+        or replaced by another), else None; the first call notes the file. A deleted file went on
+        taking lucidd's writes unseen, `lucidctl status` said there was no database, and everything
+        lucidd knew was gone at its next start (a review). Other databases: None."""
+        path = sqlite_file(self.url)
+        if path is None:
+            return None
+        try:
+            st = os.stat(path)
+            ident = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            ident = None
+        except OSError:  # not readable now (a full or failing disk): the database's own errors say it
+            return None
+        known = getattr(self, "_file_ident", None)
+        if known is None:
+            self._file_ident = ident
+            return None
+        if ident is None:
+            return f"the database file {path} was deleted while lucidd ran"
+        if ident != known:
+            return f"the database file {path} was replaced while lucidd ran"
+        return None
+
     def instance_lock_alive(self) -> bool:
         """Whether the lock hold_instance_lock took is still held: a PostgreSQL restart (or a cut
         connection) ends the session and its lock, while lucidd's pool reconnects unnoticed (a

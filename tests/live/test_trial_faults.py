@@ -4,6 +4,10 @@ ran a job that had already ended a second time (Slurm 22.05 requeues a finished 
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from .test_reconcile_recovery import cluster, run_cycles, start_profiling_run  # noqa: F401 (fixture)
 
 
@@ -246,6 +250,37 @@ def test_three_heartbeats_not_written_stop_lucidd_in_order(tmp_path, monkeypatch
         d.run_once()
     clock.t += 10
     with pytest.raises(HeartbeatUnwritable, match="three cycles running"):
+        d.run_once()
+    d.stop("lucidd stopped")
+    assert slurm.inbox_up
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_database_file_deleted_under_lucidd_stops_it_in_order(tmp_path, how):
+    """`rm lucidd.db*` while lucidd ran: it went on writing to the deleted file, `lucidctl status` said
+    there was no database, and all it knew was gone at its next start (a review). It stops in order
+    now (the inbox opens; exit 1, so systemd starts it again on a new database)."""
+    import shutil
+
+    from lucidd.daemon import DatabaseFileGone
+    from lucidd.live.store import sqlite_file
+
+    from .memslurm import Clock, MemSlurm
+
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    d = _daemon(tmp_path, slurm, clock)
+    d.start()
+    clock.t += 10
+    assert d.run_once()
+    path = sqlite_file(d.cfg.database.url)
+    if how == "deleted":
+        os.unlink(path)
+    else:
+        shutil.copy(path, path + ".new")
+        os.replace(path + ".new", path)
+    clock.t += 10
+    with pytest.raises(DatabaseFileGone, match=f"was {how} while lucidd ran"):
         d.run_once()
     d.stop("lucidd stopped")
     assert slurm.inbox_up
