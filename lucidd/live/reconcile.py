@@ -1034,6 +1034,30 @@ class Reconciler:
                                 "its partition")
             log.info("job %s: dry-run: would have finished in profiling (%s)", r.job_id, r.final_state)
 
+    def _mend_gone(self, rows: list, known: dict):
+        """Records closed as GONE (the job left squeue before a cycle saw it end: a MinJobAge shorter
+        than lucidd's cycles; a review saw 7 of 7 short jobs so, their profiling runs included) are
+        closed again from accounting: how and where each ended, as a cycle that saw it end would have.
+        A row is the record's job when it ended after lucidd first saw it and before it closed it."""
+        mended = []
+        for row in rows:
+            mine = known.get(row["job_id"])
+            end = row.get("end_time")
+            if (mine is None or mine.phase != "done" or mine.final_state != "GONE" or not end
+                    or not (mine.first_seen or 0) <= end <= (mine.end_time or 0)):
+                continue
+            start = row.get("start_time")
+            ran = bool(start) and not never_ran(start, end, row.get("nodes", "?"))
+            if ran and row.get("partition") == self.profiling and mine.profile_start is None:
+                mine.profile_start = start
+            self._close(mine, LiveJob(row["job_id"], partition=row.get("partition") or "",
+                                      state=row.get("state") or "GONE", start_time=start if ran else None,
+                                      end_time=end), end)
+            mended.append(mine)
+        if mended:
+            self._save(mended)
+            log.info("%d job(s) closed as GONE got their end from accounting (sacct)", len(mended))
+
     # -- applying -------------------------------------------------------------------------------
     def _act(self, key, job_id, kind, args, reason, fn, now, idempotent=True) -> bool:
         """Record, apply, mark one action. Returns True when Slurm took the change (or dry-run)."""
@@ -1524,6 +1548,7 @@ class Reconciler:
             log.info("history: %d finished job(s) read up to %s (backlog)", len(rows),
                      time.strftime("%Y-%m-%d %H:%M", time.localtime(until)))
         known = self.store.jobs([r["job_id"] for r in rows])
+        self._mend_gone(rows, known)
         out = []
         for r in rows:
             if not r.get("end_time") or never_ran(r.get("start_time"), r["end_time"], r.get("nodes", "?")):

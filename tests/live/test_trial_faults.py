@@ -508,3 +508,28 @@ def test_a_first_cut_database_gets_every_column_the_model_has(tmp_path):
     s.save_jobs([JobRow(job_id=1, first_seen=1, original_submit=1, requested_partition=None, target_partition="main",
                         name="t", user="u", account="a", gpus=1, started_ahead_of=2, time_limit_s=60)], new_ids={1})
     assert s.job(1).started_ahead_of == 2 and s.job(1).partition_ran == "" and s.job(1).time_limit_s == 60
+
+
+def test_a_job_gone_from_squeue_before_lucidd_saw_it_end_gets_its_end_from_sacct(cluster):  # noqa: F811
+    """MinJobAge=2: 7 of 7 short jobs left squeue between two cycles and were closed as GONE, their end
+    and where they ended lost (a review on a test cluster). The next read of accounting mends them."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    rec = lucidd()
+    slurm.submit(50, partition="main", gpus=64)  # a bystander: squeue lists some job
+    start_profiling_run(rec, clock, slurm, 51)
+    started = slurm.jobs[51].start_time
+    clock.t += 5
+    ended = int(clock.t)
+    del slurm.jobs[51]  # ended, and gone from squeue before the next cycle
+    run_cycles(rec, clock, 10)
+    assert store.job(51).final_state == "GONE"
+    slurm.finished_jobs = lambda since, until=None: [
+        {"job_id": 51, "name": "t", "user": "u", "partition": "profiling", "gpus": 1, "submit_time": started - 20,
+         "start_time": started, "end_time": ended, "state": "FAILED", "nodes": "gpu1"},
+        {"job_id": 52, "name": "t", "user": "u", "partition": "main", "gpus": 1, "submit_time": started,
+         "start_time": started, "end_time": ended, "state": "COMPLETED", "nodes": "gpu1"}]  # not lucidd's
+    rec.read_history(int(clock.t) + 3600)
+    row = store.job(51)
+    assert (row.final_state, row.end_time, row.start_time, row.partition_ran, row.profile) == \
+        ("FAILED", ended, started, "profiling", "finished")
+    assert "ended (FAILED) inside the profiling partition, 5 s after it started there" in row.profile_reason
