@@ -18,6 +18,7 @@ import time
 from .errors import LucidError
 
 DEFAULT_CONFIG = "/etc/lucidd/lucidd.toml"
+FULL_DISK_BYTES = 1 << 20  # under this much free in state_dir, `status` says the disk is full
 
 
 def _open(args):
@@ -83,6 +84,16 @@ def _age(t, now):
     return None if t is None else round(now - float(t), 1)
 
 
+def _free_bytes(path) -> int | None:
+    """Bytes free to lucidd on the disk of `path` (None: not readable here). A full state directory
+    stopped lucidd's writes (it failed open), and status said only "NOT running" (a review)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 def status_data(cfg, store, now=None) -> dict:
     from .live.reconcile import heartbeat_age
 
@@ -144,6 +155,7 @@ def status_data(cfg, store, now=None) -> dict:
         "packing": k_run,
         "recent_errors": errors,
         "last_database_outage": _json_meta(store, "last_database_outage"),
+        "state_dir_free_bytes": _free_bytes(cfg.daemon.state_dir),
         "jobs_needing_attention": _needing_attention(jobs),
         # How Slurm's starts compared with lucidd's order over the last 7 days (in --dry-run: what
         # Slurm did on its own against what lucidd would have done).
@@ -647,6 +659,10 @@ def _cmd_live(args, cfg, store) -> int:
             state = "NOT healthy (no recent successful reconcile)"
         print(f"lucidd {d['version'] or '?'} (database schema {d['schema_version'] or '?'}): {state}"
               f"{' [dry-run]' if d['dry_run'] else ''}")
+        free = d["state_dir_free_bytes"]
+        if free is not None and free < FULL_DISK_BYTES:
+            print(f"  the disk of [daemon] state_dir is full ({free:,} bytes free): lucidd cannot write its database "
+                  "or heartbeat there, and fails open until there is room")
         print(f"  config {d['config']}, database {d['database']}")
         runs = "ran" if d["stopped_at"] is not None else "runs"
         if d["daemon_config"] and d["daemon_config"] != d["config"]:

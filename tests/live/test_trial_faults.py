@@ -4,6 +4,7 @@ ran a job that had already ended a second time (Slurm 22.05 requeues a finished 
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -533,3 +534,26 @@ def test_a_job_gone_from_squeue_before_lucidd_saw_it_end_gets_its_end_from_sacct
     assert (row.final_state, row.end_time, row.start_time, row.partition_ran, row.profile) == \
         ("FAILED", ended, started, "profiling", "finished")
     assert "ended (FAILED) inside the profiling partition, 5 s after it started there" in row.profile_reason
+
+
+def test_status_says_when_the_state_dir_is_full(tmp_path, capsys, monkeypatch):
+    """A full state directory: lucidd failed open, and `lucidctl status` said only "NOT running",
+    with nothing in recent_errors (a review on a test cluster)."""
+    from types import SimpleNamespace
+
+    from lucidd import admin_cli
+    from lucidd.cli import main as lucidctl
+    from lucidd.live.config import config_from_dict
+    from lucidd.live.store import Store
+
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path)}, "models": {"dir": str(tmp_path / "models")}})
+    Store(cfg.database.url).create().set_meta("lucidd_version", "test")
+    config = tmp_path / "lucidd.toml"
+    config.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n\n[models]\ndir = "{tmp_path / "models"}"\n')
+    assert lucidctl(["status", "--config", str(config)]) in (0, 1)
+    assert "disk of [daemon] state_dir is full" not in capsys.readouterr().out
+    monkeypatch.setattr(admin_cli.os, "statvfs", lambda path: SimpleNamespace(f_bavail=3, f_frsize=4096))
+    lucidctl(["status", "--config", str(config)])
+    assert "the disk of [daemon] state_dir is full (12,288 bytes free)" in capsys.readouterr().out
+    lucidctl(["--json", "status", "--config", str(config)])
+    assert json.loads(capsys.readouterr().out)["state_dir_free_bytes"] == 12288
