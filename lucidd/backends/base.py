@@ -135,6 +135,11 @@ class LiveJob:
     het_job_offset: int = 0  # the component's index (0: the leader, which lucidd acts through)
     batch: bool = True  # False for an interactive allocation (salloc, srun): Slurm requeues only batch jobs
     deadline: int | None = None  # sbatch --deadline (Unix seconds): Slurm cancels the job if it cannot end by then
+    begin_time: int | None = None  # when Slurm lets it start at the earliest (`--begin`; squeue's eligible_time)
+    # its begin time lies ahead, as the backend's snapshot saw it (reason BeginTime comes only once
+    # Slurm's scheduler has looked at the job: right after a slurmctld restart it said PartitionDown,
+    # and a --begin job was admitted to profiling; a review)
+    begins_later: bool = False
     shards: int = 0  # shards per node it asks for (GPU packing: 2 = a GPU of its own, 1 = may share one)
 
     @property
@@ -184,7 +189,7 @@ class LiveJob:
     def waits_for_begin_time(self) -> bool:
         """Pending until a begin time its owner set (`--begin`; Slurm's reason BeginTime): it waits
         for the clock, not for GPUs."""
-        return self.pending and self.reason == "BeginTime"
+        return self.pending and (self.reason == "BeginTime" or self.begins_later)
 
     @property
     def het_component(self) -> bool:

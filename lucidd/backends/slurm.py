@@ -292,6 +292,7 @@ def parse_job(rec: dict) -> LiveJob:
         het_job_offset=json_int(rec.get("het_job_offset"), 0) or 0,
         batch=bool(rec.get("batch_flag", True)),
         deadline=json_time(rec.get("deadline")) or None,  # 0: none
+        begin_time=json_time(rec.get("eligible_time")) or None,
         shards=gres_shard_count(rec.get("tres_per_node") or ""),
     )
 
@@ -440,6 +441,8 @@ def sacct_rows(data: dict) -> list[dict]:
 
 # ----- the backend ------------------------------------------------------------------------------
 
+BEGIN_MARGIN_S = 60  # a begin time this far past its submission and now is a --begin (LiveJob.begins_later)
+
 class SlurmBackend(Backend):
     name = "slurm-cli"
 
@@ -450,6 +453,10 @@ class SlurmBackend(Backend):
     def snapshot(self) -> ClusterSnapshot:
         now = int(self.clock())
         jobs = parse_squeue(self.runner.run_json(["squeue", "--json"]))
+        for j in jobs:
+            # a minute's margin: a job's begin time is its submission when it asks for none, and one
+            # submitted after `now` was read (or a clock a little behind slurmctld's) is no --begin job
+            j.begins_later = j.begin_time is not None and j.begin_time > max(now, j.submit_time) + BEGIN_MARGIN_S
         nodes = parse_sinfo(self.runner.run_json(["sinfo", "--json"]))
         parts = parse_partitions(self.runner.run(["scontrol", "-o", "show", "partition"]), nodes)
         return ClusterSnapshot(now, jobs, parts, nodes)

@@ -457,6 +457,26 @@ def test_snapshot_is_one_call_of_each(fake):
     assert b.call_counts() == {"squeue": 1, "sinfo": 1, "scontrol": 1}
 
 
+def test_a_begin_time_ahead_is_seen_before_slurm_says_begintime(fake, tmp_path):
+    """Right after a slurmctld restart a `--begin=now+1hour` job in the inbox said PartitionDown, not
+    BeginTime, and was admitted to profiling (a review on a test cluster). Its begin time (squeue's
+    eligible_time) says it; a job submitted a moment after lucidd read its clock is no --begin job."""
+    import json as _json
+
+    data = _json.loads((DATA / "squeue_inbox.json").read_text())
+    by_id = {j["job_id"]: j for j in data["jobs"]}
+    submit = by_id[11]["submit_time"]
+    by_id[11]["eligible_time"] = submit + 3600  # --begin=now+1hour
+    by_id[12]["submit_time"] = by_id[12]["eligible_time"] = submit + 5  # after the clock was read
+    (tmp_path / "squeue.json").write_text(_json.dumps(data))
+    fake.cluster()
+    fake.prints("squeue", tmp_path / "squeue.json")
+    snap = SlurmBackend(SlurmRunner(bin_dir=str(fake.bin)), clock=lambda: submit + 1).snapshot()
+    assert snap.job(11).reason == "PartitionDown" and snap.job(11).waits_for_begin_time
+    assert snap.job(11).begin_time == submit + 3600
+    assert not snap.job(12).waits_for_begin_time and not snap.job(13).waits_for_begin_time
+
+
 def test_write_commands(fake):
     fake.cluster()
     b = SlurmBackend(SlurmRunner(bin_dir=str(fake.bin)))
