@@ -1221,10 +1221,22 @@ class Reconciler:
                 n += 1
         # Tprof reached: requeue (only a job still running its profiling run)
         settling = bool(plan.requeue) and not self.dry_run and self._controller_settling()
+        # A requeue a lucidd killed during its call left planned: its scontrol may outlive it and reach
+        # slurmctld after this one's requeue and release, killing the run in the job's partition (a
+        # review, with a slow scontrol and kill -9: the job ran three times). Held until that call
+        # would have timed out, and a margin; if it arrives meanwhile, the job is released as requeued.
+        in_flight = self.store.planned_since([key("requeue", jid, records) for jid, _ in plan.requeue],
+                                             now - self.cfg.slurm.command_timeout_s - 60) if plan.requeue else set()
         for jid, reason in plan.requeue:
             j, r = seen.get(jid), records.get(jid)
             if j is None or r is None or j.partition != self.profiling or j.state != "RUNNING" \
                     or j.restart_count != r.restarts or settling:
+                continue
+            if key("requeue", jid, records) in in_flight:
+                if self._held_back.get(jid) != "in flight":
+                    self._held_back[jid] = "in flight"
+                    log.warning("job %s: requeue held back: an earlier lucidd's requeue of it was under way when it "
+                                "stopped, and may still reach Slurm", jid)
                 continue
             silent = [n for n in j.node_names if n in snap.nodes and _not_answering(snap.nodes[n])]
             if silent:

@@ -606,6 +606,19 @@ class Store:
                                                                  ActionRow.status == "applied")))
         return out
 
+    def planned_since(self, keys, since) -> set:
+        """The keys of `keys` with an action left planned (written, never marked sent or failed) at or
+        after `since`: within one process an action is marked as soon as its call returns, so such a
+        row is a lucidd's that died during the call, whose command may still reach Slurm."""
+        keys = list(keys)
+        out = set()
+        with self.session() as s:
+            for k in range(0, len(keys), 900):
+                out.update(s.scalars(select(ActionRow.key).where(ActionRow.key.in_(keys[k:k + 900]),
+                                                                 ActionRow.status == "planned",
+                                                                 ActionRow.created_at >= int(since))))
+        return out
+
     def signals_sent(self, job_ids) -> dict:
         """(job_id, restart count, Tprof) -> when, of the warning signals sent to these jobs (applied,
         or a shadow's dry-run ones: its virtual runs wait for them as a live run would). A signal

@@ -557,3 +557,48 @@ def test_status_says_when_the_state_dir_is_full(tmp_path, capsys, monkeypatch):
     assert "the disk of [daemon] state_dir is full (12,288 bytes free)" in capsys.readouterr().out
     lucidctl(["--json", "status", "--config", str(config)])
     assert json.loads(capsys.readouterr().out)["state_dir_free_bytes"] == 12288
+
+
+@pytest.mark.parametrize("lands", [True, False])
+def test_a_requeue_an_earlier_lucidd_died_sending_is_not_sent_again_while_it_may_land(cluster, lands):  # noqa: F811
+    """kill -9 while `scontrol requeue` was slow (a review): the new lucidd requeued and released the
+    job, then the old call reached Slurm and killed its run in main (three runs). The new lucidd
+    holds its requeue while the old call could still land; if it lands, the job goes on as requeued."""
+    import pytest
+
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    rec = lucidd()
+    for jid in (61, 62):
+        start_profiling_run(rec, clock, slurm, jid)
+
+    class Killed(BaseException):
+        pass
+
+    real = slurm.requeue
+    late = []
+
+    def dies(job_id):  # the call is under way when lucidd is killed; it reaches Slurm later (job 61)
+        late.append(job_id)
+        raise Killed()
+
+    slurm.requeue = dies
+    with pytest.raises(Killed):
+        run_cycles(rec, clock, 600)
+    slurm.requeue = real
+    (first,) = late
+    other = ({61, 62} - {first}).pop()
+    rec = lucidd()  # restarted by systemd
+    run_cycles(rec, clock, 30)
+    assert ("requeue", (first,)) not in slurm.calls  # held: the old call may still land
+    calls = len(slurm.calls)
+    if lands:
+        slurm.requeue(first)  # ... and it does
+        calls = len(slurm.calls)
+        run_cycles(rec, clock, 30)
+        assert ("requeue", (first,)) not in slurm.calls[calls:]
+    else:  # it never does: sent once the old call would have timed out (command_timeout_s 30 s + 60 s)
+        run_cycles(rec, clock, 120)
+        assert slurm.calls[calls:].count(("requeue", (first,))) == 1
+    assert slurm.jobs[first].partition == "main" and slurm.jobs[first].restart_count == 1
+    # the other job's requeue was never under way: the new lucidd sent it at once, as always
+    assert ("requeue", (other,)) in slurm.calls and slurm.jobs[other].partition == "main"
