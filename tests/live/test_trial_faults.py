@@ -266,14 +266,7 @@ def test_a_database_file_deleted_under_lucidd_stops_it_in_order(tmp_path, how):
     from lucidd.daemon import DatabaseFileGone
     from lucidd.live.store import sqlite_file
 
-    from .memslurm import Clock, MemSlurm
-
-    clock = Clock()
-    slurm = MemSlurm(clock)
-    d = _daemon(tmp_path, slurm, clock)
-    d.start()
-    clock.t += 10
-    assert d.run_once()
+    d, slurm, clock = _running_daemon(tmp_path)
     path = sqlite_file(d.cfg.database.url)
     if how == "deleted":
         os.unlink(path)
