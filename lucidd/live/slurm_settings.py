@@ -95,7 +95,8 @@ def slurm_settings_warnings(config: dict, max_times: dict, ordered: set, orderin
     if interval_s and age and int(age.group(1)) < 3 * interval_s:
         out.append(f"MinJobAge={age.group(1)} s, under 3 x lucidd's interval_s ({interval_s:g} s): a job that ends "
                    "leaves squeue before lucidd sees how, and is recorded as GONE until lucidd's next read of "
-                   f"accounting (sacct) gives its end, and for good without slurmdbd; set MinJobAge to {int(3 * interval_s)} s or more (Slurm's default is 300)")
+                   "accounting (sacct) gives its end, and for good without slurmdbd; set MinJobAge to "
+                   f"{int(3 * interval_s)} s or more (Slurm's default is 300)")
     prolog = config.get("Prolog", "").strip()
     flags = config.get("PrologFlags", "").lower()
     if prolog and prolog != "(null)" and "alloc" not in flags and "contain" not in flags:

@@ -597,27 +597,24 @@ class Store:
                 s.execute(update(JobRow), old)
 
     # -- actions ------------------------------------------------------------------------------
-    def applied_keys(self, keys) -> set:
+    def _keys_where(self, keys, *where) -> set:
+        """The keys of `keys` with an action that meets `where` (900 at a time: SQLite's limit on one
+        statement's parameters)."""
         keys = list(keys)
         out = set()
         with self.session() as s:
             for k in range(0, len(keys), 900):
-                out.update(s.scalars(select(ActionRow.key).where(ActionRow.key.in_(keys[k:k + 900]),
-                                                                 ActionRow.status == "applied")))
+                out.update(s.scalars(select(ActionRow.key).where(ActionRow.key.in_(keys[k:k + 900]), *where)))
         return out
+
+    def applied_keys(self, keys) -> set:
+        return self._keys_where(keys, ActionRow.status == "applied")
 
     def planned_since(self, keys, since) -> set:
         """The keys of `keys` with an action left planned (written, never marked sent or failed) at or
         after `since`: within one process an action is marked as soon as its call returns, so such a
         row is a lucidd's that died during the call, whose command may still reach Slurm."""
-        keys = list(keys)
-        out = set()
-        with self.session() as s:
-            for k in range(0, len(keys), 900):
-                out.update(s.scalars(select(ActionRow.key).where(ActionRow.key.in_(keys[k:k + 900]),
-                                                                 ActionRow.status == "planned",
-                                                                 ActionRow.created_at >= int(since))))
-        return out
+        return self._keys_where(keys, ActionRow.status == "planned", ActionRow.created_at >= int(since))
 
     def signals_sent(self, job_ids) -> dict:
         """(job_id, restart count, Tprof) -> when, of the warning signals sent to these jobs (applied,
