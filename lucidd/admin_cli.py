@@ -95,7 +95,7 @@ def _free_bytes(path) -> int | None:
 
 
 def status_data(cfg, store, now=None) -> dict:
-    from .live.reconcile import heartbeat_age
+    from .live.reconcile import OTHER_SCHEDULER_KEY, heartbeat_age
 
     now = now or time.time()
     cycles = store.last_cycles(50)
@@ -169,6 +169,9 @@ def status_data(cfg, store, now=None) -> dict:
         # slurm.conf settings under which Slurm would not follow lucidd's order, as the daemon found
         # them at the last start at which Slurm answered (lucidd.live.slurm_settings); null before
         "slurm_warnings": _json_meta(store, "slurm_warnings"),
+        # the last time lucidd found a job another scheduler had moved into profiling (a second
+        # lucidd on another database, most likely); null: never
+        "other_scheduler": _json_meta(store, OTHER_SCHEDULER_KEY),
     }
 
 
@@ -716,6 +719,11 @@ def _cmd_live(args, cfg, store) -> int:
                   f"{rec['cycles']:,} cycle(s){size}; kept {rec['keep_days']} days after a job ends{oldest}")
         for w in d["slurm_warnings"] or ():
             print(f"  slurm.conf (as lucidd found it when it started): {w}")
+        other = d["other_scheduler"]
+        if other:
+            print(f"  ANOTHER SCHEDULER moves jobs into profiling: at {_ts(other.get('at'))}, {other.get('jobs_last_hour')} "
+                  f"job(s) in the hour before (the last: job {other.get('last_job')}) that this lucidd did not admit; "
+                  "is a second lucidd running with another database? (docs/deploy.md, \"One lucidd per cluster\")")
         for e in d["recent_errors"]:
             print(f"  error at {_ts(e['at'])}: {e['error']}")
         out = d["last_database_outage"]

@@ -177,6 +177,14 @@ _REQUEUE_NEVER = ("presently disabled", "only batch jobs", "not requeue")
 RANK_PREFIX = re.compile(r"^rank \d+ in \S+: ")  # how orchestrator.live's order reason starts
 # active states of a run that is ending: their start time is no new start (a requeue completing)
 _ENDING_STATES = frozenset({"COMPLETING", "SIGNALING", "STAGE_OUT"})
+# How a run another scheduler put in profiling is recorded (profile "abandoned", this reason): this
+# lucidd leaves its requeue and release to whoever admitted it (Reconciler._leave_to_other_scheduler)
+ADMITTED_ELSEWHERE = "admitted to profiling by another scheduler"
+OTHER_SCHEDULER_KEY = "other_scheduler"  # meta: the last finding of one, for `lucidctl status`
+# slurmctld's submit times against this host's clock, both in whole seconds rounded down: a job
+# submitted in a later second than a read was submitted after it (lucidd runs on the controller)
+CLOCK_MARGIN_S = 0
+OTHER_SCHEDULER_ERROR_S = 600  # its error is logged at most this often (each job gets a warning line)
 
 
 def _user() -> str:
@@ -312,6 +320,9 @@ class Reconciler:
         self._records = None  # open job records, cached between cycles (see _open_records)
         self._unmovable = {}  # job_id -> (retry at, pause): moves Slurm refused for good (_unmovable_now)
         self._refused = {}  # job_id -> Slurm's error for a release that may have been made anyway (_adopt)
+        self._prev_read_at = None  # the time of this process's previous snapshot (None: not yet one)
+        self._elsewhere = []  # (time, job id) of the admissions another scheduler made, the last hour
+        self._elsewhere_said = -10 ** 12  # when their error was last logged
 
     # -- helpers --------------------------------------------------------------------------------
     def is_managed(self, partition: str) -> bool:
@@ -346,7 +357,36 @@ class Reconciler:
         elif j.partition == self.profiling:  # seen in profiling before lucidd recorded it (crash window)
             row.phase, row.profile = "profiling", "admitted"
             row.profile_reason = "found in the profiling partition at start-up"
+            # submitted after this process's last read, and in profiling already: the inbox it was
+            # routed to had it for less than one cycle, and this lucidd did not move it
+            if (not self.dry_run and self._prev_read_at is not None and j.restart_count == 0
+                    and (j.submit_time or 0) > self._prev_read_at + CLOCK_MARGIN_S):
+                self._leave_to_other_scheduler(row, now, "it was submitted after lucidd's previous look at the queue "
+                                                   "and was never in the inbox when lucidd looked")
         return row
+
+    def _leave_to_other_scheduler(self, r: JobRow, now: int, evidence: str):
+        """A job this lucidd did not admit, found in its profiling partition: something else moves jobs
+        out of the inbox, most likely a second lucidd with a database of its own (the instance lock
+        only keeps out one on the same database). Two schedulers would each requeue the other's runs
+        at their Tprof (a second requeue that lands after the job's restart in its partition kills that
+        run: docs/deploy.md, "One lucidd per cluster"). So this one leaves the run to whoever admitted
+        it (profile "abandoned": no requeue at Tprof, no withdrawal), says so as an error, and records
+        the finding for `lucidctl status`."""
+        r.phase, r.profile = "profiling", "abandoned"
+        r.profile_reason = (f"{ADMITTED_ELSEWHERE}: {evidence}, and this lucidd's database has no admission of it; "
+                            "its requeue and release are left to whoever admitted it")
+        self._elsewhere = [(t, jid) for t, jid in self._elsewhere if t > now - 3600] + [(now, r.job_id)]
+        log.warning("job %s: %s", r.job_id, r.profile_reason)
+        if now >= self._elsewhere_said + OTHER_SCHEDULER_ERROR_S:
+            self._elsewhere_said = now
+            log.error("%d job(s) in the last hour (the last: job %s) were moved from %s to %s by something other "
+                      "than this lucidd: is a second lucidd, with another [database] url, running on this cluster? "
+                      "Run one lucidd per cluster (docs/deploy.md, \"One lucidd per cluster\"); until then this one "
+                      "leaves those jobs' runs to whoever admitted them", len(self._elsewhere), r.job_id,
+                      self.inbox, self.profiling)
+        self.store.set_meta(OTHER_SCHEDULER_KEY, json.dumps({"at": now, "jobs_last_hour": len(self._elsewhere),
+                                                             "last_job": r.job_id}))
 
     # -- one cycle ------------------------------------------------------------------------------
     def cycle(self) -> CycleRow:
@@ -450,6 +490,7 @@ class Reconciler:
             # wait for profiling room are counted from.
             self._save(records[jid] for jid in new_ids)
             changed = {}
+        self._prev_read_at = now  # (not before its new jobs are saved: a cut-short cycle sees them again)
         # lucidd's SiteFactors of the jobs still waiting, per partition: to see whether Slurm started
         # a job ahead of others lucidd ranked higher (shadow mode's comparison; also kept live). A job
         # of `-p main,research` waits in both: it is overtaken by a start in either.
@@ -494,6 +535,12 @@ class Reconciler:
             j = seen[jid]
             if j.partition != self.profiling:
                 continue
+            if _admitted_elsewhere(r) and j.restart_count > r.restarts:
+                # requeued by whoever admitted it, who releases it too; it is released here only if
+                # that does not come (the other scheduler stopped): a job is never left in profiling,
+                # and a restart there is not requeued a second time
+                if not (j.pending and now - (j.submit_time or now) > max(60.0, 3 * self.cfg.daemon.interval_s)):
+                    continue
             if r.profile == "requeued" or (j.pending and j.restart_count > r.restarts):
                 if r.profile != "requeued":  # requeued, but lucidd died before recording it
                     r.profile, r.requeued_at = "requeued", j.submit_time  # Slurm resets submit to the requeue
@@ -861,6 +908,11 @@ class Reconciler:
             r.phase, r.profile, r.restarts = "profiling", "admitted", j.restart_count
             r.lent = bool(j.excluded_nodes)  # a user's own --exclude is never profiled: lucidd's steering
             r.profile_reason = "found in the profiling partition: its admission was not recorded"
+            # lucidd writes each admission as planned before it sends it: none at all is not a crash
+            if not any(a.kind == "profile" for a in self.store.actions_for(r.job_id, since=r.first_seen)):
+                self._leave_to_other_scheduler(r, now, f"it was in {self.inbox} at lucidd's last look")
+                changed[r.job_id] = r
+                return
         elif r.phase == "inbox" and j.partition != self.inbox and self.is_managed(j.partition):
             r.phase, r.profile, r.released_at = "released", "skipped", now
             r.profile_reason = (f"not profiled: found in {j.partition}, moved there without a record of it "
@@ -1725,6 +1777,11 @@ def open_inbox(backend: Backend, config, reason: str, clock=time.time, released:
         for line in lines:
             log.warning("fail-open: %s", line)
     return lines
+
+
+def _admitted_elsewhere(r: JobRow) -> bool:
+    """A run in profiling that another scheduler admitted (Reconciler._leave_to_other_scheduler)."""
+    return r.profile == "abandoned" and (r.profile_reason or "").startswith(ADMITTED_ELSEWHERE)
 
 
 def _requeued_since_release(r: JobRow, j: LiveJob) -> bool:

@@ -92,6 +92,7 @@ def _a_job_through_profiling(cluster):  # noqa: F811
     run_cycles(rec, clock, 30)
     store.add_model_version("duration", 1, int(clock.t), "first fit", {})
     store.set_meta("last_database_outage", '{"from": 1, "to": 2, "seconds": 1, "error": "gone"}')
+    store.set_meta("other_scheduler", '{"at": 1, "jobs_last_hour": 2, "last_job": 7}')
     store.create_gpu_profiles()
     store.save_gpu_profiles([SimpleNamespace(job_id=41, partition="profiling", node="gpu1", first_t=int(clock.t) - 600,
                                              last_t=int(clock.t) - 10, samples=60, util_samples=60, gpu_util=71.5,
@@ -105,6 +106,7 @@ def test_status_prints_what_docs_cli_md_documents(cluster):  # noqa: F811
     d = status_data(cfg, store, now=clock.t)
     # the nested objects are filled, so that their keys are checked too
     assert d["last_cycle"] and d["jobs_needing_attention"] and d["models"] and d["last_database_outage"]
+    assert d["other_scheduler"] == {"at": 1, "jobs_last_hour": 2, "last_job": 7}
     assert d["gpu_samplers"]["gpu_memory_mib"] == {"smallest": 24576.0, "largest": 24576.0}
     rec = d["records"]
     assert rec["jobs"] == 3 and rec["ended_jobs"] == 0 and rec["oldest_ended_job_end"] is None, rec

@@ -1,0 +1,46 @@
+"""Two lucidd on the real test cluster with two databases (a copy of the config on a second host):
+the instance lock cannot see it. Each job must still run once in profiling and once in its
+partition, and the lucidd that finds a run it did not admit must say so (docs/deploy.md, "One
+lucidd per cluster")."""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from lucidd.live.store import Store
+
+from .conftest import VENV_BIN, active_jobs, sacct_runs, sbatch, wait_until, write_config
+
+pytestmark = pytest.mark.slurm
+
+
+def test_two_lucidd_with_two_databases(clean_cluster, tmp_path, job_script, lucidd_factory):
+    cfgs = [write_config(tmp_path / f"{n}.toml", tmp_path / n) for n in ("a", "b")]
+    first = lucidd_factory(cfgs[0], log_name="a.log").start()
+    time.sleep(1.5)  # the two cycle out of step, as two hosts would
+    second = lucidd_factory(cfgs[1], log_name="b.log").start()
+    time.sleep(3)
+    ids = []
+    for k in range(6):
+        ids.append(sbatch(job_script, 14, "--gres=gpu:1", name=f"j{k}"))
+        time.sleep(0.7)
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] in ids], 150, "all jobs to finish")
+    runs = sacct_runs(ids)
+    for j in ids:  # one run in profiling, requeued once, then one in main: none requeued twice, none lost
+        assert [r[:2] for r in runs[j]] == [("profiling", "REQUEUED"), ("main", "COMPLETED")], (j, runs[j])
+    found = [json.loads(Store(f"sqlite:///{tmp_path / n / 'lucidd.db'}").get_meta("other_scheduler") or "null")
+             for n in ("a", "b")]
+    assert any(found), (found, first.text()[-3000:], second.text()[-3000:])
+    which = 0 if found[0] else 1
+    assert "by something other than this lucidd" in (first, second)[which].text()
+    out = subprocess.run([str(VENV_BIN / "lucidctl"), "--json", "status", "--config", str(cfgs[which])],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["other_scheduler"]["jobs_last_hour"] >= 1, out.stderr
+    text = subprocess.run([str(VENV_BIN / "lucidctl"), "status", "--config", str(cfgs[which])],
+                          capture_output=True, text=True, timeout=60).stdout
+    assert "ANOTHER SCHEDULER moves jobs into profiling" in text, text
+    assert second.stop() == 0 and first.stop() == 0
