@@ -633,7 +633,10 @@ class Reconciler:
         asked = [j.job_id for j in in_profiling if j.requeue_warning]
         signalled = self.store.signals_sent(asked) if asked else {}
         packable = [j.job_id for j in waiting + releasing if j.packable]
-        profiles = self.store.profiling_gpu_profiles(packable, self.profiling) if packable else {}
+        profiles = (self.store.profiling_gpu_profiles(packable, self.profiling,
+                                                      since={jid: records[jid].first_seen for jid in packable
+                                                             if jid in records})
+                    if packable else {})
         # only where it is used: GPU packing that takes each partition's memory from the samplers
         k = getattr(self.cfg, "packing", None)
         by_samplers = k is not None and k.enabled and not k.gpu_memory_mib

@@ -145,6 +145,11 @@ class HistoryRow(Base):
     state: Mapped[str] = mapped_column(String(40), default="")
 
 
+# A run's first NVML reading may come before lucidd first saw its job (lucidd restarted while the
+# job ran in profiling; node clocks a little ahead): this long before still counts as the job's own
+PROFILE_BEFORE_SEEN_S = 300
+
+
 class GpuProfileRow(Base):
     """What one run of a job did with its GPUs on one node, as the NVML sampler there measured it
     (profiler/nvml_sampler.py). The sampler writes; lucidd and lucidctl read."""
@@ -854,18 +859,27 @@ class Store:
             return list(s.scalars(select(GpuProfileRow).where(GpuProfileRow.job_id == int(job_id))
                                   .order_by(GpuProfileRow.first_t, GpuProfileRow.node)))
 
-    def profiling_gpu_profiles(self, job_ids, partition: str) -> dict:
+    def profiling_gpu_profiles(self, job_ids, partition: str, since: dict | None = None) -> dict:
         """job_id -> the NVML figures of its run in `partition` (the profiling partition): the row
         with the most utilisation readings when it ran on several nodes or restarted there, with the
-        most memory any of its rows held (and its rows of no partition on the same nodes)."""
+        most memory any of its rows held (and its rows of no partition on the same nodes).
+
+        `since`: job_id -> when lucidd first saw that job (its record's first_seen). A job id Slurm
+        handed out again (slurmctld lost its state, or ids wrapped) keeps the rows of the earlier job
+        of that id; rows that ended before it, or began well before it (an earlier job's row the new
+        job's readings were added to, on the same node), are not its own and are left out."""
         ids = [int(j) for j in job_ids]
         out, rows = {}, {}
         if not ids:
             return out
+        since = since or {}
         with self.session() as s:
             for k in range(0, len(ids), 500):
                 for row in s.scalars(select(GpuProfileRow).where(GpuProfileRow.job_id.in_(ids[k:k + 500]),
                                                                  GpuProfileRow.partition.in_((partition, "")))):
+                    seen = since.get(row.job_id)
+                    if seen and (row.last_t < seen or row.first_t < seen - PROFILE_BEFORE_SEEN_S):
+                        continue
                     rows.setdefault(row.job_id, []).append(row)
                 s.expunge_all()  # detached: what is set below is never written back
         for job_id, found in rows.items():
