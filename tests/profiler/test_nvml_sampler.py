@@ -683,22 +683,19 @@ def test_an_earlier_job_of_the_same_id_lends_its_gpu_figures_to_no_one(tmp_path)
     job's profile, and its packing weighed another job's memory."""
     from profiler.nvml_sampler import JobGpuProfile
 
+    def run(job, node, first, last, mib):  # a run of `last - first` s at 10 % utilisation, 5 s readings
+        n = (last - first) // 5
+        return JobGpuProfile(job, "profiling", node, first, last, samples=n, util_samples=n, gpu_util_sum=10.0 * n,
+                             gmem_util_sum=1.0 * n, gmem_max_mib=mib, gpus={0})
+
     store = Store(f"sqlite:///{tmp_path}/lucidd.db").create()
     store.create_gpu_profiles()
-    old = JobGpuProfile(9, "profiling", "gpu2", 1_000, 1_200, samples=40, util_samples=40, gpu_util_sum=3600.0,
-                        gmem_util_sum=800.0, gmem_max_mib=30000.0, gpus={0})
-    mixed = JobGpuProfile(9, "profiling", "gpu1", 1_000, 90_100, samples=50, util_samples=50, gpu_util_sum=500.0,
-                          gmem_util_sum=50.0, gmem_max_mib=30000.0, gpus={0})
-    store.save_gpu_profiles([old, mixed])
+    store.save_gpu_profiles([run(9, "gpu2", 1_000, 1_200, 30000.0), run(9, "gpu1", 1_000, 90_100, 30000.0)])
     assert store.profiling_gpu_profiles([9], "profiling")[9].gmem_mib == 30000.0  # no record given: all rows
     assert 9 not in store.profiling_gpu_profiles([9], "profiling", since={9: 90_000})
-    own = JobGpuProfile(9, "profiling", "gpu3", 90_010, 90_100, samples=6, util_samples=6, gpu_util_sum=60.0,
-                        gmem_util_sum=6.0, gmem_max_mib=2000.0, gpus={1})
-    store.save_gpu_profiles([own])
+    store.save_gpu_profiles([run(9, "gpu3", 90_010, 90_100, 2000.0)])
     p = store.profiling_gpu_profiles([9], "profiling", since={9: 90_000})[9]
     assert (p.node, p.gmem_mib) == ("gpu3", 2000.0)
     # a run read a little before lucidd first saw its job (lucidd restarted while it ran) is its own
-    early = JobGpuProfile(10, "profiling", "gpu1", 89_900, 90_100, samples=6, util_samples=6, gpu_util_sum=60.0,
-                          gmem_util_sum=6.0, gmem_max_mib=4000.0, gpus={1})
-    store.save_gpu_profiles([early])
+    store.save_gpu_profiles([run(10, "gpu1", 89_900, 90_100, 4000.0)])
     assert store.profiling_gpu_profiles([10], "profiling", since={10: 90_000})[10].gmem_mib == 4000.0
