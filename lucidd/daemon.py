@@ -70,7 +70,7 @@ def _setup_logging(level: str):
 
 class Daemon:
     def __init__(self, config, dry_run=False, backend=None, store=None, notifier=None, clock=time.time,
-                 check=False):
+                 check=False, once=False):
         from .backends.slurm import make_backend
         from .live.notify import Notifier
         from .live.reconcile import Reconciler, load_decider
@@ -79,6 +79,8 @@ class Daemon:
         self.cfg = config
         # check (`--once --dry-run`): one cycle that writes nothing anywhere, not even lucidd's database
         self.check = bool(check)
+        self.once = bool(once)  # `--once`: a lock another lucidd holds is an exit 3, never a standby
+        self.standing_by = False  # [daemon] standby: waiting for another lucidd's lock (stand_by)
         self.dry_run = dry_run or self.check
         self.clock = clock
         s = config.slurm
@@ -115,10 +117,15 @@ class Daemon:
             self._check_heartbeat_file()
             # the lock first: creating and upgrading the tables changes the schema under whoever holds
             # it (an admin trial: a refused start had already altered a running lucidd's tables)
-            if not self.store.hold_instance_lock():
+            if not (self.standing_by and self.store.instance_lock_alive()) and not self.store.hold_instance_lock():
+                if self.cfg.daemon.standby and not self.once:
+                    # a backup controller's lucidd: it waits for the lock (stand_by) and takes over
+                    self.standing_by = True
+                    return
                 raise LucidError(f"cannot start: another lucidd (live or --dry-run) runs on {_redact(self.cfg.database.url)}: "
                                  "stop it first, or give this one its own [database] url (`lucidd --once --dry-run` "
                                  "checks a config beside it)")
+            self.standing_by = False
             self.store.create()
             self._share_database_with_other_mode()
         except StoreError as exc:
@@ -365,7 +372,7 @@ class Daemon:
         from .live.store import StoreError
 
         self.notifier.stopping(reason)
-        if self.lock_lost:  # another lucidd runs on this database: its jobs, its inbox
+        if self.lock_lost or self.standing_by:  # another lucidd runs on this database: its jobs, its inbox
             return
         try:
             # the jobs first: a database that hangs (paused, its host unreachable) would use up systemd's
@@ -393,6 +400,37 @@ class Daemon:
             self.reconciler.record_released(released, int(self.clock()), reason)
         except StoreError as exc:  # the next start finds them moved without a record, and says so
             log.warning("stop: could not record the release of %d job(s): %s", len(released), exc)
+
+    def stand_by(self, log_every_s: float = 3600.0) -> bool:
+        """Wait while another lucidd holds the database ([daemon] standby): nothing is read from or
+        written to Slurm, the database or the heartbeat meanwhile, so the active lucidd's heartbeat
+        alone tells lucidd-failopen whether a lucidd runs. The lock is tried every interval_s; True
+        once it is held (start() then goes on as at any start), False when asked to stop first."""
+        from .live.store import StoreError
+
+        interval = self.cfg.daemon.interval_s
+        db = _redact(self.cfg.database.url)
+        log.info("standby: another lucidd holds %s; this one takes over when that one stops (tried every %g s)",
+                 db, interval)
+        self.notifier.ready(f"standby: another lucidd holds {db}")
+        said = time.monotonic()
+        while not self.stop_requested:
+            self.notifier.watchdog(f"standby: another lucidd holds {db}")
+            end = time.monotonic() + interval
+            while not self.stop_requested and time.monotonic() < end:
+                time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+            if self.stop_requested:
+                break
+            try:
+                if self.store.hold_instance_lock():
+                    log.warning("standby: the other lucidd let go of %s; this one takes over", db)
+                    return True
+            except StoreError as exc:  # the database away: still standing by (the other cannot act either)
+                log.warning("standby: the database does not answer: %s", exc)
+            if time.monotonic() - said >= log_every_s:
+                said = time.monotonic()
+                log.info("standby: another lucidd still holds %s", db)
+        return False
 
     def loop(self):
         interval = self.cfg.daemon.interval_s
@@ -493,7 +531,7 @@ def main(argv=None) -> int:
     from .live.store import SchemaTooNew
 
     try:
-        daemon = Daemon(cfg, dry_run=args.dry_run, check=args.once and args.dry_run)
+        daemon = Daemon(cfg, dry_run=args.dry_run, check=args.once and args.dry_run, once=args.once)
         daemon.start()
     except SchemaTooNew as exc:  # exit 2 as a config error: systemd must not restart it into the same wall
         print(f"lucidd: cannot start: {exc}", file=sys.stderr)
@@ -532,6 +570,21 @@ def main(argv=None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if daemon.standing_by:
+        if not daemon.stand_by():
+            log.info("lucidd stopped while standing by: it held nothing")
+            return 0
+        try:
+            daemon.start()  # with the lock now held: the tables, the start's records, as at any start
+        except SchemaTooNew as exc:
+            log.error("lucidd cannot take over: %s", exc)
+            return 2
+        except ConfigError as exc:
+            log.error("lucidd cannot take over: config error: %s", exc)
+            return 2
+        except LucidError as exc:
+            log.error("lucidd cannot take over: %s", exc)
+            return 3
     try:
         daemon.loop()
     except SlurmDeniesLucidd as exc:

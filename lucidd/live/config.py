@@ -50,6 +50,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
                              min=0, max=100000),
         "keep_days": Key(int, 180, "days the records of ended jobs (with their actions) and of reconcile cycles "
                                    "are kept (jobs: at least [models] history_days)", min=1, max=36500),
+        "standby": Key(bool, False, "when another lucidd holds the database, wait (retrying every interval_s) and "
+                                    "take over when it stops, instead of exiting 3: a backup controller's lucidd"),
     },
     "database": {
         "url": Key(str, "", "SQLAlchemy URL (empty: sqlite:///STATE_DIR/lucidd.db); e.g. "

@@ -5,6 +5,8 @@ lucidd per cluster")."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 
@@ -12,7 +14,8 @@ import pytest
 
 from lucidd.live.store import Store
 
-from .conftest import VENV_BIN, active_jobs, sacct_runs, sbatch, wait_until, write_config
+from .conftest import (VENV_BIN, active_jobs, failopen, partition_up, sacct_runs, sbatch, squeue, wait_until,
+                       write_config)
 
 pytestmark = pytest.mark.slurm
 
@@ -44,3 +47,33 @@ def test_two_lucidd_with_two_databases(clean_cluster, tmp_path, job_script, luci
                           capture_output=True, text=True, timeout=60).stdout
     assert "ANOTHER SCHEDULER moves jobs into profiling" in text, text
     assert second.stop() == 0 and first.stop() == 0
+
+
+def test_a_standby_lucidd_takes_over_when_the_active_one_dies(clean_cluster, tmp_path, job_script, lucidd_factory):
+    """Two controllers (a backup slurmctld): lucidd on both, one PostgreSQL database, the state folder
+    (heartbeat, models) on storage both see, `[daemon] standby = true` (docs/deploy.md, "A backup
+    controller"). The active one is killed (SIGKILL: its host died) while a job runs in profiling;
+    the standby takes the lock, adopts that run, requeues it at Tprof, and profiles the next job."""
+    from .test_live_daemon import _fresh_pg_database
+
+    url = _fresh_pg_database(clean_cluster["LUCIDD_TEST_PG_URL"], f"lucidd_h{os.getpid()}")
+    shared = tmp_path / "shared-state"
+    cfgs = [write_config(tmp_path / f"{n}.toml", shared, db_url=url, daemon={"standby": True}) for n in ("a", "b")]
+    active = lucidd_factory(cfgs[0], log_name="a.log").start()
+    wait_until(lambda: "started" in active.text(), 30, "the first lucidd to start")
+    backup = lucidd_factory(cfgs[1], log_name="b.log").start()
+    wait_until(lambda: "standby: another lucidd holds" in backup.text(), 30, "the second to stand by")
+    # the standby touches nothing: failopen, reading the shared heartbeat, sees a running lucidd
+    assert failopen(cfgs[1]).returncode == 0 and not partition_up("inbox")
+    first = sbatch(job_script, 20, "--gres=gpu:1", name="before")
+    wait_until(lambda: any(j["job_id"] == first and j["partition"] == "profiling" and j["job_state"] == "RUNNING"
+                           for j in squeue()), 30, "the first job to run in profiling")
+    active.stop(signal.SIGKILL)
+    wait_until(lambda: "takes over" in backup.text(), 30, "the standby to take over")
+    second = sbatch(job_script, 14, "--gres=gpu:1", name="after")
+    wait_until(lambda: not [j for j in active_jobs() if j["job_id"] in (first, second)], 150, "both jobs to finish")
+    runs = sacct_runs([first, second])
+    for j in (first, second):
+        assert [r[:2] for r in runs[j]] == [("profiling", "REQUEUED"), ("main", "COMPLETED")], (j, runs[j])
+    assert not partition_up("inbox")
+    assert backup.stop() == 0 and partition_up("inbox")

@@ -1,0 +1,94 @@
+"""`[daemon] standby`: a backup controller's lucidd waits for the database's instance lock and takes
+over when the active lucidd stops, instead of exiting 3 (and being restarted every 10 s by systemd,
+one error line each time). While it waits it holds nothing and gives nothing back."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from lucidd.daemon import Daemon
+from lucidd.errors import LucidError
+from lucidd.live.config import config_from_dict
+
+from .memslurm import Clock, MemSlurm
+
+
+@pytest.fixture
+def pair(tmp_path):
+    def make(standby=True):
+        cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path / "state"), "interval_s": 0.2,
+                                           "standby": standby},
+                                "models": {"dir": str(tmp_path / "models")},
+                                "profiler": {"tprof_s": 600, "skip_when_free": False}})
+        return cfg
+
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    return make, clock, slurm
+
+
+def test_a_standby_takes_over_when_the_active_lucidd_stops(pair):
+    make, clock, slurm = pair
+    active = Daemon(make(), backend=slurm, clock=clock)
+    active.start()
+    assert not active.standing_by
+    clock.t += 10
+    assert active.run_once() and not slurm.inbox_up
+    slurm.submit(5, partition="main", gpus=1)
+    clock.t += 10
+    assert active.run_once() and slurm.jobs[5].partition == "profiling"
+
+    backup = Daemon(make(), backend=slurm, clock=clock)
+    backup.start()
+    assert backup.standing_by
+    took = []
+    waiting = threading.Thread(target=lambda: took.append(backup.stand_by()))
+    waiting.start()
+    time.sleep(1.0)
+    assert waiting.is_alive() and not took, "took the lock another lucidd holds"
+    assert not slurm.inbox_up and slurm.jobs[5].partition == "profiling"  # it touched nothing
+    active.stop("the primary controller's lucidd stopped")
+    assert slurm.inbox_up
+    waiting.join(5)
+    assert took == [True]
+    backup.start()
+    assert not backup.standing_by
+    clock.t += 10
+    assert backup.run_once() and not slurm.inbox_up  # acting: the inbox closed again
+    slurm.submit(6, partition="main", gpus=1)
+    clock.t += 10
+    assert backup.run_once() and slurm.jobs[6].partition == "profiling"
+    backup.stop("done")
+
+
+def test_a_standby_stopped_gives_nothing_back(pair):
+    make, clock, slurm = pair
+    active = Daemon(make(), backend=slurm, clock=clock)
+    active.start()
+    clock.t += 10
+    assert active.run_once()
+    slurm.submit(5, partition="main", gpus=1)
+    clock.t += 10
+    assert active.run_once() and slurm.jobs[5].partition == "profiling"
+    backup = Daemon(make(), backend=slurm, clock=clock)
+    backup.start()
+    backup.stop_requested = True  # SIGTERM while it waits
+    assert backup.stand_by() is False
+    backup.stop("systemctl stop")
+    assert not slurm.inbox_up and slurm.jobs[5].partition == "profiling", "the active lucidd's jobs were given away"
+    clock.t += 10
+    assert active.run_once()  # the active one still holds its lock and acts
+    active.stop("done")
+
+
+def test_without_standby_or_with_once_a_held_lock_is_an_error(pair):
+    make, clock, slurm = pair
+    active = Daemon(make(), backend=slurm, clock=clock)
+    active.start()
+    with pytest.raises(LucidError, match="stop it first"):
+        Daemon(make(standby=False), backend=slurm, clock=clock).start()
+    with pytest.raises(LucidError, match="stop it first"):  # `lucidd --once`: one cycle or an exit 3
+        Daemon(make(), backend=slurm, clock=clock, once=True).start()
+    active.stop("done")
