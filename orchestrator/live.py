@@ -154,6 +154,11 @@ def profiling_skip_reason(p, j, record) -> str | None:
         return "held: it waits for its release in its own partition"
     if j.dependency:
         return f"waits for other jobs ({j.dependency}): it would only hold profiling room"
+    if getattr(j, "reservation", ""):
+        # its reservation is its window: a profiling run and the restart after it spend that window,
+        # and a reservation that ended in between left the job held (RESV_DEL_HOLD) in its partition,
+        # where plain Slurm had run it to its end inside the reservation (a review on a test cluster)
+        return f"runs in reservation {j.reservation}: its restart after profiling could come after that ends"
     if getattr(j, "waits_for_begin_time", False):
         return "waits for the begin time its owner set (--begin): it would only hold profiling room"
     if getattr(j, "het_job_id", 0):
@@ -246,7 +251,8 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
                    plan: Plan | None = None, skip=None, capacity=None, queued: dict | None = None,
                    free: dict | None = None, lendable: tuple[int, int] = (0, 0), busy_nodes=(),
                    away_s: float | None = None, signalled: dict | None = None, node_wait_s=None,
-                   over_time_s: int | None = 0, no_gpus_for_s: float | None = None) -> Plan:
+                   over_time_s: int | None = 0, no_gpus_for_s: float | None = None,
+                   closed_partitions=frozenset()) -> Plan:
     """One cycle's profiling decisions (plan.requeue, abandon, profile, release), as lucidd makes them.
 
     Tprof: a job running in profiling for >= Tprof is requeued; one that ran far past it while
@@ -281,7 +287,13 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     `over_time_s`: Slurm's OverTimeLimit (seconds a job may run past its own limit; None:
     UNLIMITED): a run its own limit ends is left to end only if it ends within the grace with it.
     A run whose reason is `Prolog` (PrologFlags=Alloc: Slurm says RUNNING while the node's Prolog
-    runs) is not requeued until its Prolog is done."""
+    runs) is not requeued until its Prolog is done.
+
+    `closed_partitions`: partitions none of whose nodes can start a job now (down, drained,
+    reserved, in maintenance). A run whose partitions are all closed is not requeued at its Tprof:
+    the requeue would end a run that plain Slurm had let finish (a drain lets running jobs end) and
+    leave the job pending until the nodes came back. It runs on; requeued if a node there comes back
+    within another Tprof, else left to finish in profiling."""
     plan = plan if plan is not None else Plan()
     signalled = signalled or {}
     skip = skip or (lambda j, r: profiling_skip_reason(p, j, r))
@@ -405,6 +417,14 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
                                             f"{' with OverTimeLimit' if over_time_s else ''}, {own} s, ends it "
                                             f"within Tprof {limit} s + {grace:g} s: left to end there (a requeue "
                                             "would only run it again)"))
+            continue
+        where = partition_names(getattr(r, "target_partition", "") or "")
+        if ran >= limit and where and all(x in closed_partitions for x in where):
+            if ran >= limit + tprof:
+                plan.abandon.append((j.job_id, f"ran {ran} s in profiling; since its Tprof {limit} s no node of "
+                                                f"{', '.join(where)} could start it (down, drained or reserved): "
+                                                "left to finish there (a requeue would end this run and leave the "
+                                                "job waiting for those nodes)"))
             continue
         was_away = away_s is None or away_s > grace
         if ran > limit + grace and was_away:
@@ -807,7 +827,10 @@ class LucidDecider(Decider):
                               lendable=(inp.lendable_gpus, inp.lendable_node_gpus), busy_nodes=inp.busy_nodes,
                               node_wait_s=inp.node_wait_s,
                               away_s=inp.away_s, signalled=inp.signalled, over_time_s=inp.over_time_limit_s,
-                              no_gpus_for_s=inp.profiling_gpus_gone_s)
+                              no_gpus_for_s=inp.profiling_gpus_gone_s,
+                              # partitions with nodes, none of them usable (free_gpus counts usable ones)
+                              closed_partitions=frozenset(x for x in (inp.node_gpus or {})
+                                                          if x not in (inp.free_gpus or {})))
         now = inp.now
         # Main queues: Lucid's order as SiteFactor.
         if self.cfg.ordering.enabled:

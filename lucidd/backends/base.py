@@ -127,6 +127,7 @@ class LiveJob:
     array_job_id: int = 0
     priority: int = 1  # 0: held (by its user or an admin)
     dependency: str = ""  # sbatch --dependency, as Slurm reports it ("" when none is left)
+    reservation: str = ""  # sbatch --reservation ("" when none)
     required_nodes: str = ""  # sbatch --nodelist, as Slurm reports it
     excluded_nodes: str = ""  # sbatch --exclude, or the ExcNodeList lucidd set to steer a borrowed run
     node_names: tuple = ()  # the nodes it runs on (empty while pending)

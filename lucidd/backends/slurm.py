@@ -282,6 +282,7 @@ def parse_job(rec: dict) -> LiveJob:
         array_job_id=json_int(rec.get("array_job_id"), 0) or 0,
         priority=json_int(rec.get("priority"), 1),
         dependency=rec.get("dependency") or "",
+        reservation=str(rec.get("resv_name") or ""),
         required_nodes=rec.get("required_nodes") or "",
         excluded_nodes=rec.get("excluded_nodes") or "",
         node_names=job_node_names(rec),

@@ -184,6 +184,9 @@ OTHER_SCHEDULER_KEY = "other_scheduler"  # meta: the last finding of one, for `l
 # slurmctld's submit times against this host's clock, both in whole seconds rounded down: a job
 # submitted in a later second than a read was submitted after it (lucidd runs on the controller)
 CLOCK_MARGIN_S = 0
+# job_submit.lua (version 7) leaves salloc and srun allocations in their partition (LiveJob.batch False)
+_INTERACTIVE_NOTE = ("; not profiled: an interactive allocation (salloc/srun), which job_submit.lua leaves in "
+                     "its partition (Slurm requeues only batch jobs)")
 OTHER_SCHEDULER_ERROR_S = 600  # its error is logged at most this often (each job gets a warning line)
 
 
@@ -346,7 +349,8 @@ class Reconciler:
                      requested_partition=requested, target_partition=self.target_partition(requested),
                      name=j.name, user=j.user, account=j.account, gpus=j.gpus, phase=phase,
                      profile="pending" if phase == "inbox" else "skipped",
-                     profile_reason="" if phase == "inbox" else f"first seen in partition {j.partition}",
+                     profile_reason="" if phase == "inbox" else
+                     f"first seen in partition {j.partition}" + ("" if j.batch else _INTERACTIVE_NOTE),
                      restarts=j.restart_count)
         if j.partition == self.profiling and j.pending and j.restart_count > 0:
             # a requeued run waiting in profiling, and no record of it (a database lost or replaced):

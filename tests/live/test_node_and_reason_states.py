@@ -167,3 +167,78 @@ def test_a_backlog_waiting_for_profiling_room_is_not_sent_on_when_the_nodes_miss
     assert slurm.jobs[2].partition == "inbox"
     cycle(rec, clock, 2)
     assert slurm.jobs[2].partition == "main" and "no usable GPU for 60 s" in store.job(2).profile_reason
+
+
+def _drained_partition_cluster(tmp_path):
+    """gpu1 in profiling only, gpu2 main's only node: a run in profiling on gpu1 while main is drained."""
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")},
+                            "profiler": {"tprof_s": 600, "skip_when_free": False, "lend_idle_gpus": False,
+                                         "long_tprof_s": 0}})
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    slurm.nodes = {"gpu1": NodeGPUs("gpu1", 8, 0, "IDLE", ("inbox", "profiling")),
+                   "gpu2": NodeGPUs("gpu2", 8, 0, "IDLE", ("inbox", "main"))}
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=clock)
+    slurm.submit(5, partition="main", gpus=1)
+    clock.t += 10
+    assert rec.cycle().ok and slurm.jobs[5].partition == "profiling"
+    slurm.start(5)
+    slurm.nodes["gpu1"] = NodeGPUs("gpu1", 8, 1, "MIXED", ("inbox", "profiling"))
+    slurm.nodes["gpu2"] = NodeGPUs("gpu2", 8, 0, "IDLE+DRAIN", ("inbox", "main"))  # an admin's drain
+    return clock, slurm, store, rec
+
+
+def _cycles(rec, clock, seconds):
+    for _ in range(seconds // 10):
+        clock.t += 10
+        assert rec.cycle().ok
+
+
+def test_a_run_whose_partition_is_drained_is_not_requeued_at_tprof(tmp_path):
+    """A review on a test cluster: requeued at Tprof while every node of its partition was drained,
+    the run was ended and the job waited (ReqNodeNotAvail) until the drain was over; plain Slurm had
+    let it run to its end (a drain stops no running job)."""
+    clock, slurm, store, rec = _drained_partition_cluster(tmp_path)
+    _cycles(rec, clock, 900)  # past Tprof, main still drained
+    assert not [c for c in slurm.job_calls(5) if c[0] == "requeue"], slurm.job_calls(5)
+    slurm.nodes["gpu2"] = NodeGPUs("gpu2", 8, 0, "IDLE", ("inbox", "main"))  # the drain is over
+    _cycles(rec, clock, 30)
+    assert [c for c in slurm.job_calls(5) if c[0] == "requeue"], "requeued once main can run it again"
+
+
+def test_a_run_whose_partition_stays_drained_is_left_to_finish(tmp_path):
+    clock, slurm, store, rec = _drained_partition_cluster(tmp_path)
+    _cycles(rec, clock, 1300)  # past Tprof + Tprof
+    r = store.job(5)
+    assert r.profile == "abandoned" and "could start it (down, drained or reserved)" in r.profile_reason, \
+        r.profile_reason
+    slurm.nodes["gpu2"] = NodeGPUs("gpu2", 8, 0, "IDLE", ("inbox", "main"))
+    _cycles(rec, clock, 60)
+    assert not [c for c in slurm.job_calls(5) if c[0] == "requeue"]  # its run goes on to its end
+    slurm.end(5)
+    _cycles(rec, clock, 20)
+    assert store.job(5).final_state == "COMPLETED"
+
+
+def test_a_job_in_a_reservation_is_not_profiled(tmp_path):
+    """A review on a test cluster: a `--reservation` job was profiled, its reservation ended before
+    the requeue, and in main it was held (RESV_DEL_HOLD, priority 0) for good; plain Slurm ran it
+    inside the reservation. The reservation is read from squeue's `resv_name`."""
+    from lucidd.backends.slurm import parse_squeue
+
+    (j,) = parse_squeue({"jobs": [{"job_id": 17, "job_state": "PENDING", "partition": "inbox", "resv_name": "short2",
+                                   "tres_per_node": "gres:gpu:1", "submit_time": 1, "user_name": "alice"}]})
+    assert j.reservation == "short2"
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")}, "profiler": {"skip_when_free": False}})
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=clock)
+    slurm.submit(17, partition="main", gpus=1, reservation="short2")
+    clock.t += 10
+    assert rec.cycle().ok
+    assert slurm.jobs[17].partition == "main"
+    assert "runs in reservation short2" in store.job(17).profile_reason, store.job(17).profile_reason

@@ -18,8 +18,11 @@
 -- job is routed while the inbox is not DOWN (lucidd away: lucidd-failopen or lucidd's stop opened
 -- it) nor an --immediate one; a partition the user may not use (or that does not exist) is refused
 -- at submission, as plain Slurm refuses it; a job without --time gets the DefaultTime of the partition
--- it asked for, not the inbox's.
-local LUCIDD_LUA_VERSION = 6
+-- it asked for, not the inbox's. 7: an interactive allocation (salloc, srun outside a job) is left in
+-- the partition it asked for, as an --immediate one is: lucidd never profiles it, and in the DOWN
+-- inbox it waited for lucidd's next cycle under "srun: Partition in DOWN state", which users took
+-- for an error (a review).
+local LUCIDD_LUA_VERSION = 7
 
 -- GPU packing (docs/deploy.md, "GPU packing"): true turns every plain 1-GPU request into 2 shards
 -- of one GPU (a GPU of its own, as before), which lucidd may lower to 1 shard (it may then share
@@ -192,7 +195,9 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     if rc ~= slurm.SUCCESS then return rc end
   end
   local asked = job_desc.partition
-  if not routing(part_list) or immediate(job_desc) then
+  -- (no script: salloc, or srun outside a job; Slurm requeues only batch jobs, so lucidd never
+  -- profiles these, and orders them where they are)
+  if not routing(part_list) or immediate(job_desc) or unset(job_desc.script) then
     -- left to Slurm, in the partition it asked for; one that asked for none (or only lucidd's) goes
     -- to the partition lucidd would release it to, not to the default one (the inbox)
     local own = without_lucidds(asked)
