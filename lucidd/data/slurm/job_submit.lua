@@ -156,6 +156,14 @@ local function immediate(job_desc)
   return v ~= nil and v ~= 0 and v ~= slurm.NO_VAL
 end
 
+-- salloc, or srun outside a job: no batch script. Slurm requeues only batch jobs, so lucidd never
+-- profiles these, and orders them where they are. A heterogeneous job's components after the first
+-- have no script either (seen on 22.05: het_job_offset 1, no script): they are routed with their
+-- leader, whose moves lucidd makes component by component.
+local function interactive(job_desc)
+  return unset(job_desc.script) and not set(job_desc.het_job_offset)
+end
+
 -- The first name of a partition list that Slurm would refuse: no such partition, or one the user may
 -- not use (part_list holds those the user may; names are case-sensitive, as Slurm's are). Routed into
 -- the inbox, such a job was accepted and then waited there for ever, its move refused.
@@ -195,9 +203,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     if rc ~= slurm.SUCCESS then return rc end
   end
   local asked = job_desc.partition
-  -- (no script: salloc, or srun outside a job; Slurm requeues only batch jobs, so lucidd never
-  -- profiles these, and orders them where they are)
-  if not routing(part_list) or immediate(job_desc) or unset(job_desc.script) then
+  if not routing(part_list) or immediate(job_desc) or interactive(job_desc) then
     -- left to Slurm, in the partition it asked for; one that asked for none (or only lucidd's) goes
     -- to the partition lucidd would release it to, not to the default one (the inbox)
     local own = without_lucidds(asked)
