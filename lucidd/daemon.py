@@ -372,6 +372,17 @@ class Daemon:
         from .live.store import StoreError
 
         self.notifier.stopping(reason)
+        if not (self.lock_lost or self.standing_by or self.dry_run) and not self.store.instance_lock_alive():
+            # the lock went with a database restart since the last cycle: if another lucidd (a standby)
+            # took it meanwhile, the jobs and the inbox are that one's (a review); a database that
+            # does not answer is an outage, and this one gives back what it holds as always
+            try:
+                self.lock_lost = not self.store.hold_instance_lock()
+            except StoreError:
+                pass
+            if self.lock_lost:
+                log.warning("stop: another lucidd took the database's lock since this one's last cycle: it gives "
+                            "nothing back (the jobs are that one's)")
         if self.lock_lost or self.standing_by:  # another lucidd runs on this database: its jobs, its inbox
             return
         try:
@@ -431,6 +442,15 @@ class Daemon:
                 said = time.monotonic()
                 log.info("standby: another lucidd still holds %s", db)
         return False
+
+    def take_over(self):
+        """The start after stand_by took the lock: the tables, the start's records, as at any start.
+        READY went out when the standby began to wait, so systemd's watchdog already runs: it is fed
+        around the start's Slurm checks, which a normal start makes before READY (a review: with slow
+        Slurm replies, as in a controller failover, they and the first cycle outlasted WatchdogSec=120s)."""
+        self.notifier.watchdog("taking over: starting")
+        self.start()
+        self.notifier.watchdog("taking over: started, first cycle")
 
     def loop(self):
         interval = self.cfg.daemon.interval_s
@@ -575,7 +595,7 @@ def main(argv=None) -> int:
             log.info("lucidd stopped while standing by: it held nothing")
             return 0
         try:
-            daemon.start()  # with the lock now held: the tables, the start's records, as at any start
+            daemon.take_over()
         except SchemaTooNew as exc:
             log.error("lucidd cannot take over: %s", exc)
             return 2

@@ -289,8 +289,9 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     A run whose reason is `Prolog` (PrologFlags=Alloc: Slurm says RUNNING while the node's Prolog
     runs) is not requeued until its Prolog is done.
 
-    `closed_partitions`: partitions none of whose nodes can start a job now (down, drained,
-    reserved, in maintenance). A run whose partitions are all closed is not requeued at its Tprof:
+    `closed_partitions`: partitions that cannot start a job now (not UP, or none of their nodes
+    usable: down, drained, reserved, in maintenance). A job whose partitions are all closed is not
+    profiled. A run whose partitions are all closed is not requeued at its Tprof:
     the requeue would end a run that plain Slurm had let finish (a drain lets running jobs end) and
     leave the job pending until the nodes came back. It runs on; requeued if a node there comes back
     within another Tprof, else left to finish in profiling."""
@@ -456,6 +457,12 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
                    "it would hold profiling for every job behind it")
         # a list of partitions (`-p main,research`): Slurm starts it in whichever has room
         targets = partition_names(r.target_partition) if r is not None else ()
+        if why is None and targets and all(t in closed_partitions for t in targets):
+            # it could not run there after its profiling run: it would run to its end in profiling
+            # instead, ahead of every queue, on other partitions' nodes (a review: a drained partition's
+            # whole queue did)
+            why = (f"{', '.join(targets)} cannot start a job now (the partition, or every node of it, is down, "
+                   "drained or reserved): it waits there, as without lucidd")
         if (why is None and queued is not None and r is not None and not sum(queued.get(t, 0) for t in targets)
                 and (free is None or max((free.get(t, 0) for t in targets), default=0) >= j.gpus)):
             # Each job of a cycle is judged against the GPUs free at its start, not what the others
@@ -828,9 +835,7 @@ class LucidDecider(Decider):
                               node_wait_s=inp.node_wait_s,
                               away_s=inp.away_s, signalled=inp.signalled, over_time_s=inp.over_time_limit_s,
                               no_gpus_for_s=inp.profiling_gpus_gone_s,
-                              # partitions with nodes, none of them usable (free_gpus counts usable ones)
-                              closed_partitions=frozenset(x for x in (inp.node_gpus or {})
-                                                          if x not in (inp.free_gpus or {})))
+                              closed_partitions=inp.closed_partitions)
         now = inp.now
         # Main queues: Lucid's order as SiteFactor.
         if self.cfg.ordering.enabled:

@@ -92,6 +92,9 @@ class DecisionInput:
     # seconds since the profiling partition last had a usable GPU (0 while it has one; None: not
     # tracked, as in the simulator: each job's own wait counts)
     profiling_gpus_gone_s: float | None = None
+    # partitions that cannot start a job now: not UP (DOWN, DRAIN, INACTIVE), or with nodes and
+    # none of them usable (down, drained, reserved); lucidd's own two are never in it
+    closed_partitions: frozenset = frozenset()
 
 
 @dataclass
@@ -304,6 +307,7 @@ class Reconciler:
         self._over_time_cluster_s = 0  # slurmctld's OverTimeLimit, s (None: UNLIMITED), read with PreemptType
         self._over_time_s = 0  # what applies in profiling: its partition's own, else the cluster's
         self._prof_gpus_gone_at = None  # when the profiling partition was first seen without a usable GPU
+        self._closed_since = {}  # partition -> since when it has not been able to start a job (_closed_partitions)
         self._profiling_closed_said = None  # why the profiling partition starts no run, as last logged
         self._empty_read_before = False  # the last snapshot listed no job while records were open
         self._preempt_view = None  # the partitions' (name, PriorityTier, PreemptMode) at that read
@@ -653,7 +657,8 @@ class Reconciler:
                             lend_gpus, lend_node, busy, node_wait_s=node_wait, away_s=0.0 if self.dry_run else away_s,
                             signalled=signalled, gpu_profiles=profiles, gpu_memory=gpu_memory, node_gpus=node_gpus,
                             over_time_limit_s=self._over_time_s,
-                            profiling_gpus_gone_s=0.0 if self._prof_gpus_gone_at is None else now - self._prof_gpus_gone_at)
+                            profiling_gpus_gone_s=0.0 if self._prof_gpus_gone_at is None else now - self._prof_gpus_gone_at,
+                            closed_partitions=self._closed_partitions(snap, node_gpus, free, now))
         plan = self.decider.decide(inp)
         plan.release.extend(direct)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
@@ -834,6 +839,17 @@ class Reconciler:
             self._partition_gpu_nodes = nodes
         return partition_gpu_memory(nodes, self.store.gpu_nodes())
 
+    def _closed_partitions(self, snap, node_gpus: dict, free: dict, now: int) -> frozenset:
+        """Partitions that have not been able to start a job for max(60 s, 3 intervals): not UP, or
+        with nodes and none of them usable (`free` counts usable nodes only). Nodes that miss a cycle
+        or two while they register again (NOT_RESPONDING) close nothing (DecisionInput.closed_partitions)."""
+        closed_now = (({x for x in node_gpus if x not in free}
+                       | {x for x, part in (snap.partitions or {}).items() if not part.up})
+                      - {self.inbox, self.profiling})
+        self._closed_since = {x: self._closed_since.get(x, now) for x in closed_now}
+        hold = max(60.0, 3 * self.cfg.daemon.interval_s)
+        return frozenset(x for x, t in self._closed_since.items() if now - t >= hold)
+
     def _profiling_nodes(self, snap) -> frozenset:
         """The nodes of the profiling partition. A shadow (--dry-run) on a cluster that does not
         have the partition yet (docs/deploy.md's rollout runs the shadow before slurm.conf changes)
@@ -916,7 +932,9 @@ class Reconciler:
             r.lent = bool(j.excluded_nodes)  # a user's own --exclude is never profiled: lucidd's steering
             r.profile_reason = "found in the profiling partition: its admission was not recorded"
             # lucidd writes each admission as planned before it sends it: none at all is not a crash
-            if not any(a.kind == "profile" for a in self.store.actions_for(r.job_id, since=r.first_seen)):
+            # (every action of the id, not only those since first_seen: the clock may have stepped back
+            # between the job's first sight and its admission; an earlier job of the id only hides one)
+            if not any(a.kind == "profile" for a in self.store.actions_for(r.job_id)):
                 self._leave_to_other_scheduler(r, now, f"it was in {self.inbox} at lucidd's last look")
                 changed[r.job_id] = r
                 return

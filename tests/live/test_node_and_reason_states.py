@@ -101,7 +101,9 @@ def test_a_profiling_partition_with_no_usable_gpu_sends_jobs_on_after_a_minute(s
     cycle(rec, clock, 6)
     assert slurm.jobs[1].partition == "inbox"  # a node or two missing a cycle send nobody on
     cycle(rec, clock)
-    assert slurm.jobs[1].partition == "main" and "no usable GPU" in store.job(1).profile_reason
+    # (every node drained: main cannot start it either, which the reason says first)
+    assert slurm.jobs[1].partition == "main" and ("no usable GPU" in store.job(1).profile_reason
+                                                  or "main cannot start a job now" in store.job(1).profile_reason)
     assert store.job(1).site_factor is not None  # it lands there with its SiteFactor set
 
 
@@ -166,7 +168,8 @@ def test_a_backlog_waiting_for_profiling_room_is_not_sent_on_when_the_nodes_miss
     cycle(rec, clock, 5)
     assert slurm.jobs[2].partition == "inbox"
     cycle(rec, clock, 2)
-    assert slurm.jobs[2].partition == "main" and "no usable GPU for 60 s" in store.job(2).profile_reason
+    assert slurm.jobs[2].partition == "main" and ("no usable GPU for 60 s" in store.job(2).profile_reason
+                                                  or "main cannot start a job now" in store.job(2).profile_reason)
 
 
 def _drained_partition_cluster(tmp_path):
@@ -242,3 +245,28 @@ def test_a_job_in_a_reservation_is_not_profiled(tmp_path):
     assert rec.cycle().ok
     assert slurm.jobs[17].partition == "main"
     assert "runs in reservation short2" in store.job(17).profile_reason, store.job(17).profile_reason
+
+
+def test_a_job_for_a_drained_partition_is_not_profiled(tmp_path):
+    """A review: a job for a partition whose every node was drained was admitted to profiling and,
+    left to finish there, ran to its end on another partition's node, ahead of every queue; plain
+    Slurm keeps it pending until the drain is over."""
+    clock, slurm, store, rec = _drained_partition_cluster(tmp_path)
+    _cycles(rec, clock, 70)  # drained for over a minute: not a node that missed a cycle or two
+    slurm.submit(6, partition="main", gpus=1)
+    _cycles(rec, clock, 10)
+    assert slurm.jobs[6].partition == "main"
+    assert "main cannot start a job now" in store.job(6).profile_reason, store.job(6).profile_reason
+
+
+def test_a_run_whose_partition_is_set_down_is_not_requeued_at_tprof(tmp_path):
+    """A review: `scontrol update partitionname=research state=down` under a profiling run: requeued
+    at Tprof, it waited (PartitionDown) where plain Slurm had let it finish."""
+    clock, slurm, store, rec = _drained_partition_cluster(tmp_path)
+    slurm.nodes["gpu2"] = NodeGPUs("gpu2", 8, 0, "IDLE", ("inbox", "main"))  # nodes fine, the partition DOWN
+    slurm.states["main"] = "DOWN"
+    _cycles(rec, clock, 900)
+    assert not [c for c in slurm.job_calls(5) if c[0] == "requeue"], slurm.job_calls(5)
+    del slurm.states["main"]
+    _cycles(rec, clock, 30)
+    assert [c for c in slurm.job_calls(5) if c[0] == "requeue"]

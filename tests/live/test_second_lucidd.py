@@ -108,3 +108,32 @@ def test_own_admission_cut_short_is_not_taken_for_another_scheduler(tmp_path):
     r = store.job(9)
     assert r.profile == "admitted" and "another scheduler" not in r.profile_reason, r
     assert store.get_meta("other_scheduler") is None
+
+
+def test_own_admission_after_a_clock_step_back_is_not_taken_for_another_scheduler(tmp_path):
+    """A review: the job was first seen at T; the clock stepped back a minute, and the admission, cut
+    short by a transient error after Slurm made the move, was written at T - 60. Looked for only since
+    first_seen, it was not found: the run was taken for another scheduler's and never requeued."""
+    clock = Clock()
+    slurm = MemSlurm(clock, nodes=2)
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")},
+                            "profiler": {"tprof_s": 600, "skip_when_free": False, "lend_idle_gpus": False,
+                                         "long_tprof_s": 0, "capacity_gpus": 1, "nprof_gpus": 1}})
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=clock)
+    slurm.submit(8, partition="main", gpus=1)
+    clock.t += 10
+    assert rec.cycle().ok and slurm.jobs[8].partition == "profiling"
+    slurm.start(8)
+    slurm.submit(9, partition="main", gpus=1)
+    clock.t += 10
+    assert rec.cycle().ok and slurm.jobs[9].partition == "inbox"  # waits for profiling room
+    slurm.end(8)
+    clock.t -= 60  # NTP steps the clock back a minute
+    slurm.fail[("move", 9)] = ("Socket timed out on send/recv operation", True, True)
+    assert not rec.cycle().ok and slurm.jobs[9].partition == "profiling"
+    clock.t += 10
+    assert rec.cycle().ok
+    r = store.job(9)
+    assert r.profile == "admitted" and "another scheduler" not in r.profile_reason, r.profile_reason

@@ -92,3 +92,58 @@ def test_without_standby_or_with_once_a_held_lock_is_an_error(pair):
     with pytest.raises(LucidError, match="stop it first"):  # `lucidd --once`: one cycle or an exit 3
         Daemon(make(), backend=slurm, clock=clock, once=True).start()
     active.stop("done")
+
+
+class _Said:
+    """A notifier that keeps what lucidd told systemd."""
+
+    def __init__(self):
+        self.said = []
+
+    def ready(self, status=""):
+        self.said.append("READY")
+
+    def watchdog(self, status=""):
+        self.said.append("WATCHDOG")
+
+    def stopping(self, status=""):
+        self.said.append("STOPPING")
+
+
+def test_the_takeover_feeds_the_watchdog_around_the_start(pair, monkeypatch):
+    """A review: READY goes out when the standby begins to wait, so WatchdogSec runs from then; at
+    the takeover the start's Slurm checks and the first cycle came with no ping between them, and
+    with slow Slurm replies (a controller failover) systemd would have killed it."""
+    make, clock, slurm = pair
+    active = Daemon(make(), backend=slurm, clock=clock)
+    active.start()
+    said = _Said()
+    backup = Daemon(make(), backend=slurm, clock=clock, notifier=said)
+    backup.start()
+    active.stop("gone")
+    assert backup.stand_by() is True
+    real_start = backup.start
+    monkeypatch.setattr(backup, "start", lambda: (said.said.append("start"), real_start()))
+    backup.take_over()
+    assert said.said[0] == "READY" and said.said[-3:] == ["WATCHDOG", "start", "WATCHDOG"], said.said
+    assert not backup.standing_by
+    backup.stop("done")
+
+
+def test_a_stop_after_another_lucidd_took_the_lost_lock_gives_nothing_back(pair):
+    """A review: after a PostgreSQL restart ended the active lucidd's lock session, a standby took the
+    lock before the active one's next cycle; stopped then, the old one released jobs and opened the
+    inbox, which were the new one's."""
+    make, clock, slurm = pair
+    old = Daemon(make(), backend=slurm, clock=clock)
+    old.start()
+    clock.t += 10
+    assert old.run_once()
+    slurm.submit(5, partition="main", gpus=1)
+    clock.t += 10
+    assert old.run_once() and slurm.jobs[5].partition == "profiling"
+    old.store.instance_lock_alive = lambda: False  # its session ended with the restart
+    old.store.hold_instance_lock = lambda: False  # and the standby holds the lock now
+    old.stop("systemctl stop")
+    assert not slurm.inbox_up and slurm.jobs[5].partition == "profiling"
+    assert old.lock_lost
