@@ -69,7 +69,9 @@ def test_two_profiled_jobs_that_may_share_run_on_one_gpu(packing_lua, tmp_path, 
     # what the NVML sampler on gpu1 would write for their profiling runs (Tprof 25 s leaves time for
     # these rows and the waiting job below to be in place before the first requeue)
     store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}").create_gpu_profiles()
-    store.save_gpu_profiles([SimpleNamespace(job_id=jid, partition="profiling", node="gpu1", first_t=0, last_t=10,
+    # (dated now: a row from before lucidd first saw the job is an earlier job's of the same id)
+    t = int(time.time())
+    store.save_gpu_profiles([SimpleNamespace(job_id=jid, partition="profiling", node="gpu1", first_t=t - 10, last_t=t,
                                              samples=5, util_samples=5, gpu_util=util, gmem_util=10.0,
                                              gmem_max_mib=3000.0, gpus={k})
                              for k, (jid, util) in enumerate(((a, 10.0), (b, 12.0), (c, 45.0)))])
