@@ -550,19 +550,22 @@ def main(argv=None) -> int:
         return 2
     from .live.store import SchemaTooNew
 
+    def failed_start(exc) -> tuple[int, str]:
+        """The exit status and the line for a start that raised `exc` (at start, or at a takeover)."""
+        if isinstance(exc, SchemaTooNew):  # exit 2 as a config error: systemd must not restart it into the same wall
+            return 2, f"cannot start: {exc}"
+        if isinstance(exc, ConfigError):  # a key the file's own checks pass but that cannot be used (decider, url)
+            where = f"{cfg.path}: " if cfg.path and cfg.path not in str(exc) else ""
+            return 2, f"config error: {where}{exc}"
+        return 3, str(exc)
+
     try:
         daemon = Daemon(cfg, dry_run=args.dry_run, check=args.once and args.dry_run, once=args.once)
         daemon.start()
-    except SchemaTooNew as exc:  # exit 2 as a config error: systemd must not restart it into the same wall
-        print(f"lucidd: cannot start: {exc}", file=sys.stderr)
-        return 2
-    except ConfigError as exc:  # a key the file's own checks pass but that cannot be used (decider, url)
-        where = f"{cfg.path}: " if cfg.path and cfg.path not in str(exc) else ""
-        print(f"lucidd: config error: {where}{exc}", file=sys.stderr)
-        return 2
-    except LucidError as exc:
-        print(f"lucidd: {exc}", file=sys.stderr)
-        return 3
+    except LucidError as exc:  # (SchemaTooNew and ConfigError are LucidErrors)
+        code, line = failed_start(exc)
+        print(f"lucidd: {line}", file=sys.stderr)
+        return code
     from .live.reconcile import SlurmDeniesLucidd
 
     if args.once:
@@ -596,15 +599,10 @@ def main(argv=None) -> int:
             return 0
         try:
             daemon.take_over()
-        except SchemaTooNew as exc:
-            log.error("lucidd cannot take over: %s", exc)
-            return 2
-        except ConfigError as exc:
-            log.error("lucidd cannot take over: config error: %s", exc)
-            return 2
         except LucidError as exc:
-            log.error("lucidd cannot take over: %s", exc)
-            return 3
+            code, line = failed_start(exc)
+            log.error("lucidd could not take over: %s", line)
+            return code
     try:
         daemon.loop()
     except SlurmDeniesLucidd as exc:

@@ -246,8 +246,12 @@ local parts = {}
 for name, state, dt in string.gmatch(arg[2], "([^,=]+)=(%d+):?(%d*)") do
   parts[name] = {state_up=tonumber(state), default_time=(dt ~= "" and tonumber(dt) or slurm.NO_VAL)}
 end
+-- arg[6]: "batch" (sbatch: a script), "interactive" (salloc, srun: none), "het1" (a het job's
+-- second component: no script, het_job_offset 1, as seen on 22.05)
 local job = {partition=(arg[3] ~= "" and arg[3] or nil), immediate=tonumber(arg[4]),
-             time_limit=(arg[5] ~= "" and tonumber(arg[5]) or slurm.NO_VAL)}
+             time_limit=(arg[5] ~= "" and tonumber(arg[5]) or slurm.NO_VAL),
+             script=(arg[6] == "batch" and "#!/bin/bash\nsleep 1\n" or nil),
+             het_job_offset=(arg[6] == "het1" and 1 or slurm.NO_VAL)}
 local rc = slurm_job_submit(job, parts, 1000)
 io.write(rc, " ", job.partition or "-", " ", job.admin_comment or "-",
          job.time_limit ~= slurm.NO_VAL and (" t=" .. job.time_limit) or "", "\n")
@@ -288,15 +292,23 @@ UP = "inbox=3,profiling=3,main=3,research=3"
     (UP, "profiling,research", 0, "0 research -"),
     (DOWN, "profiling", 5, "0 main -"),
     (DOWN, "gpu%d", 0, "-1 gpu%d -"),  # a name with a format directive: refused with its message
+    # salloc, srun (no script: version 7): left to Slurm, in its partition; never profiled, and in the
+    # DOWN inbox it waited for lucidd's next cycle under "Partition in DOWN state" (a review)
+    (DOWN, "main#interactive", 0, "0 main -"),
+    (DOWN, "#interactive", 0, "0 main -"),
+    (DOWN, "profiling,research#interactive", 0, "0 research -"),
+    # a het job's later component has no script either: routed, as its leader is
+    (DOWN, "research#het1", 0, "0 inbox lucid:partition=research"),
 ])
 def test_lua_routes_new_jobs_through_the_inbox_only_while_it_is_down(tmp_path, parts, asked, immediate, want):
     if shutil.which("lua5.1") is None:
         pytest.skip("lua5.1 not installed (scripts/testcluster.sh install brings it)")
     stub = tmp_path / "submit.lua"
     stub.write_text(SUBMIT_STUB)
+    asked, _, kind = asked.partition("#")  # "main#interactive": salloc -p main
     asked, _, minutes = asked.partition("/")  # "research/5": -p research --time=5
-    out = subprocess.run(["lua5.1", str(stub), LUA, parts, asked, str(immediate), minutes], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(["lua5.1", str(stub), LUA, parts, asked, str(immediate), minutes, kind or "batch"],
+                         capture_output=True, text=True, check=True)
     names = {p.split("=")[0] for p in parts.split(",")}
     refused = next((p for p in asked.split(",") if p not in names), None)
     assert out.stdout.strip() == want, (parts, asked, immediate, out.stderr)

@@ -14,11 +14,11 @@ from orchestrator.live import LucidDecider
 from tests.live.memslurm import Clock, MemSlurm
 
 
-def _lucidd(tmp_path, name, slurm, clock, interval_s=10):
+def _lucidd(tmp_path, name, slurm, clock, interval_s=10, **profiler):
     cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path / name), "interval_s": interval_s},
                             "models": {"dir": str(tmp_path / name / "models")},
                             "profiler": {"tprof_s": 600, "skip_when_free": False, "lend_idle_gpus": False,
-                                         "long_tprof_s": 0}})
+                                         "long_tprof_s": 0, **profiler}})
     store = Store(cfg.database.url).create()
     return cfg, store, Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=clock)
 
@@ -116,12 +116,7 @@ def test_own_admission_after_a_clock_step_back_is_not_taken_for_another_schedule
     first_seen, it was not found: the run was taken for another scheduler's and never requeued."""
     clock = Clock()
     slurm = MemSlurm(clock, nodes=2)
-    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
-                            "models": {"dir": str(tmp_path / "models")},
-                            "profiler": {"tprof_s": 600, "skip_when_free": False, "lend_idle_gpus": False,
-                                         "long_tprof_s": 0, "capacity_gpus": 1, "nprof_gpus": 1}})
-    store = Store(cfg.database.url).create()
-    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=clock)
+    cfg, store, rec = _lucidd(tmp_path, "a", slurm, clock, capacity_gpus=1, nprof_gpus=1)
     slurm.submit(8, partition="main", gpus=1)
     clock.t += 10
     assert rec.cycle().ok and slurm.jobs[8].partition == "profiling"

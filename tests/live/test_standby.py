@@ -31,14 +31,8 @@ def pair(tmp_path):
 
 def test_a_standby_takes_over_when_the_active_lucidd_stops(pair):
     make, clock, slurm = pair
-    active = Daemon(make(), backend=slurm, clock=clock)
-    active.start()
+    active = _active_with_a_profiling_job(make, clock, slurm)
     assert not active.standing_by
-    clock.t += 10
-    assert active.run_once() and not slurm.inbox_up
-    slurm.submit(5, partition="main", gpus=1)
-    clock.t += 10
-    assert active.run_once() and slurm.jobs[5].partition == "profiling"
 
     backup = Daemon(make(), backend=slurm, clock=clock)
     backup.start()
@@ -63,15 +57,21 @@ def test_a_standby_takes_over_when_the_active_lucidd_stops(pair):
     backup.stop("done")
 
 
-def test_a_standby_stopped_gives_nothing_back(pair):
-    make, clock, slurm = pair
+def _active_with_a_profiling_job(make, clock, slurm) -> Daemon:
+    """A running lucidd that has closed the inbox and admitted job 5 to profiling."""
     active = Daemon(make(), backend=slurm, clock=clock)
     active.start()
     clock.t += 10
     assert active.run_once()
     slurm.submit(5, partition="main", gpus=1)
     clock.t += 10
-    assert active.run_once() and slurm.jobs[5].partition == "profiling"
+    assert active.run_once() and slurm.jobs[5].partition == "profiling" and not slurm.inbox_up
+    return active
+
+
+def test_a_standby_stopped_gives_nothing_back(pair):
+    make, clock, slurm = pair
+    active = _active_with_a_profiling_job(make, clock, slurm)
     backup = Daemon(make(), backend=slurm, clock=clock)
     backup.start()
     backup.stop_requested = True  # SIGTERM while it waits
@@ -135,13 +135,7 @@ def test_a_stop_after_another_lucidd_took_the_lost_lock_gives_nothing_back(pair)
     lock before the active one's next cycle; stopped then, the old one released jobs and opened the
     inbox, which were the new one's."""
     make, clock, slurm = pair
-    old = Daemon(make(), backend=slurm, clock=clock)
-    old.start()
-    clock.t += 10
-    assert old.run_once()
-    slurm.submit(5, partition="main", gpus=1)
-    clock.t += 10
-    assert old.run_once() and slurm.jobs[5].partition == "profiling"
+    old = _active_with_a_profiling_job(make, clock, slurm)
     old.store.instance_lock_alive = lambda: False  # its session ended with the restart
     old.store.hold_instance_lock = lambda: False  # and the standby holds the lock now
     old.stop("systemctl stop")
