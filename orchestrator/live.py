@@ -422,10 +422,10 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
         where = partition_names(getattr(r, "target_partition", "") or "")
         if ran >= limit and where and all(x in closed_partitions for x in where):
             if ran >= limit + tprof:
-                plan.abandon.append((j.job_id, f"ran {ran} s in profiling; since its Tprof {limit} s no node of "
-                                                f"{', '.join(where)} could start it (down, drained or reserved): "
-                                                "left to finish there (a requeue would end this run and leave the "
-                                                "job waiting for those nodes)"))
+                plan.abandon.append((j.job_id, f"ran {ran} s in profiling; since its Tprof {limit} s "
+                                                f"{', '.join(where)} could not start it (the partition, or every node "
+                                                "of it, down, drained or reserved): left to finish there (a requeue "
+                                                "would end this run and leave the job waiting there)"))
             continue
         was_away = away_s is None or away_s > grace
         if ran > limit + grace and was_away:
@@ -436,8 +436,8 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
         elif ran > limit + grace:
             plan.requeue.append((j.job_id, f"ran {ran} s >= Tprof {limit} s in profiling without ending (by "
                                             f"Slurm's clock; lucidd's last cycle was {away_s:.0f} s ago, so the "
-                                            "clock stepped, an earlier requeue failed, or lucidd held it back "
-                                            "after a slurmctld restart)"))
+                                            "clock stepped, an earlier requeue failed, lucidd held it back "
+                                            "after a slurmctld restart, or its partition could not start it)"))
         elif ran >= limit:
             plan.requeue.append((j.job_id, f"ran {ran} s >= Tprof {limit} s in profiling without ending{kept}"))
     # Inbox: least GPUs first into profiling while capacity lasts; the rest go to their partition.

@@ -184,13 +184,10 @@ _ENDING_STATES = frozenset({"COMPLETING", "SIGNALING", "STAGE_OUT"})
 # lucidd leaves its requeue and release to whoever admitted it (Reconciler._leave_to_other_scheduler)
 ADMITTED_ELSEWHERE = "admitted to profiling by another scheduler"
 OTHER_SCHEDULER_KEY = "other_scheduler"  # meta: the last finding of one, for `lucidctl status`
-# slurmctld's submit times against this host's clock, both in whole seconds rounded down: a job
-# submitted in a later second than a read was submitted after it (lucidd runs on the controller)
-CLOCK_MARGIN_S = 0
+OTHER_SCHEDULER_ERROR_S = 600  # its error is logged at most this often (each job gets a warning line)
 # job_submit.lua (version 7) leaves salloc and srun allocations in their partition (LiveJob.batch False)
 _INTERACTIVE_NOTE = ("; not profiled: an interactive allocation (salloc/srun), which job_submit.lua leaves in "
                      "its partition (Slurm requeues only batch jobs)")
-OTHER_SCHEDULER_ERROR_S = 600  # its error is logged at most this often (each job gets a warning line)
 
 
 def _user() -> str:
@@ -366,9 +363,11 @@ class Reconciler:
             row.phase, row.profile = "profiling", "admitted"
             row.profile_reason = "found in the profiling partition at start-up"
             # submitted after this process's last read, and in profiling already: the inbox it was
-            # routed to had it for less than one cycle, and this lucidd did not move it
+            # routed to had it for less than one cycle, and this lucidd did not move it. (slurmctld's
+            # submit time and this host's clock are both whole seconds rounded down, and lucidd runs on
+            # the controller: a job submitted in a later second than the read came after it.)
             if (not self.dry_run and self._prev_read_at is not None and j.restart_count == 0
-                    and (j.submit_time or 0) > self._prev_read_at + CLOCK_MARGIN_S):
+                    and (j.submit_time or 0) > self._prev_read_at):
                 self._leave_to_other_scheduler(row, now, "it was submitted after lucidd's previous look at the queue "
                                                    "and was never in the inbox when lucidd looked")
         return row
