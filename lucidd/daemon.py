@@ -427,9 +427,7 @@ class Daemon:
         said = time.monotonic()
         while not self.stop_requested:
             self.notifier.watchdog(f"standby: another lucidd holds {db}")
-            end = time.monotonic() + interval
-            while not self.stop_requested and time.monotonic() < end:
-                time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+            self._sleep_until(time.monotonic() + interval)
             if self.stop_requested:
                 break
             try:
@@ -442,6 +440,11 @@ class Daemon:
                 said = time.monotonic()
                 log.info("standby: another lucidd still holds %s", db)
         return False
+
+    def _sleep_until(self, end: float):
+        """Wait until the monotonic time `end`, or until a signal asks lucidd to stop (checked every 0.2 s)."""
+        while not self.stop_requested and time.monotonic() < end:
+            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
     def take_over(self):
         """The start after stand_by took the lock: the tables, the start's records, as at any start.
@@ -461,10 +464,7 @@ class Daemon:
             if not ready:
                 self.notifier.ready("first reconcile done" if ok else "started; Slurm or database not answering")
                 ready = True
-            left = interval - (time.monotonic() - t0)
-            end = time.monotonic() + max(0.0, left)
-            while not self.stop_requested and time.monotonic() < end:
-                time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+            self._sleep_until(t0 + interval)
 
 
 def running_config(cfg) -> dict:
