@@ -252,7 +252,7 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
                    free: dict | None = None, lendable: tuple[int, int] = (0, 0), busy_nodes=(),
                    away_s: float | None = None, signalled: dict | None = None, node_wait_s=None,
                    over_time_s: int | None = 0, no_gpus_for_s: float | None = None,
-                   closed_partitions=frozenset()) -> Plan:
+                   closed_partitions=frozenset(), slurm_silent_s: float | None = None) -> Plan:
     """One cycle's profiling decisions (plan.requeue, abandon, profile, release), as lucidd makes them.
 
     Tprof: a job running in profiling for >= Tprof is requeued; one that ran far past it while
@@ -260,10 +260,13 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     since lucidd's last successful cycle, by a monotonic clock (None: the first cycle since lucidd
     started, or a caller that cannot tell, as the simulator). Measured so, a run that seems far
     past Tprof while lucidd has been cycling all along (the wall clock stepped forward, or the
-    requeue failed at earlier cycles) is requeued, not left. Inbox: jobs that
-    may be profiled go to profiling least-GPUs-first while the GPUs held by profiling jobs (running
-    or admitted, requeued ones excluded) stay within the capacity, strictly in that order; the rest
-    wait for the next cycle, unless they waited more than `room_wait_s` (default 2 x Tprof; then,
+    requeue failed at earlier cycles) is requeued, not left. `slurm_silent_s`: of `away_s`, the
+    seconds lucidd kept cycling while Slurm did not answer (a slurmctld restart or upgrade): runs
+    that passed Tprof meanwhile are requeued if that outage lasted at most the longest Tprof a run
+    may get (long_tprof_s, or Tprof), which costs them no more than a long run's requeue does;
+    after a longer one they are left to finish there. Inbox: jobs that may be profiled go to
+    profiling least-GPUs-first while the GPUs held by profiling jobs (running or admitted, requeued
+    ones excluded) stay within the capacity, strictly in that order; the rest wait for the next cycle, unless they waited more than `room_wait_s` (default 2 x Tprof; then,
     and when a skip rule applies, they go to their partition unprofiled).
 
     `queued` (partition -> jobs pending there), when given, switches profiling off for a job whose
@@ -428,11 +431,19 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
                                                 "would end this run and leave the job waiting there)"))
             continue
         was_away = away_s is None or away_s > grace
+        silent = slurm_silent_s if was_away and away_s is not None and slurm_silent_s else None
+        if silent is not None and silent <= long_s:
+            was_away = False  # only Slurm was away, and not for long: requeued as at its Tprof
         if ran > limit + grace and was_away:
+            why = (f"Slurm did not answer for {silent:.0f} s, longer than {long_s} s" if silent is not None
+                   else "lucidd was away")
             plan.abandon.append((j.job_id, f"ran {ran} s in profiling, past Tprof {limit} s + {grace:g} s "
-                                            "(lucidd was away): left to finish there"))
+                                            f"({why}): left to finish there"))
         elif not may_requeue:
             continue  # its warning was sent this cycle or moments ago: the requeue follows it
+        elif ran > limit + grace and silent is not None:
+            plan.requeue.append((j.job_id, f"ran {ran} s >= Tprof {limit} s in profiling without ending: "
+                                            f"Slurm did not answer for {silent:.0f} s"))
         elif ran > limit + grace:
             plan.requeue.append((j.job_id, f"ran {ran} s >= Tprof {limit} s in profiling without ending (by "
                                             f"Slurm's clock; lucidd's last cycle was {away_s:.0f} s ago, so the "
@@ -835,7 +846,7 @@ class LucidDecider(Decider):
                               node_wait_s=inp.node_wait_s,
                               away_s=inp.away_s, signalled=inp.signalled, over_time_s=inp.over_time_limit_s,
                               no_gpus_for_s=inp.profiling_gpus_gone_s,
-                              closed_partitions=inp.closed_partitions)
+                              closed_partitions=inp.closed_partitions, slurm_silent_s=inp.slurm_silent_s)
         now = inp.now
         # Main queues: Lucid's order as SiteFactor.
         if self.cfg.ordering.enabled:
@@ -944,7 +955,8 @@ class LucidDecider(Decider):
         decided = [j for j in inp.waiting if j.job_id in plan.site_factors and (
             inp.records.get(j.job_id) is None
             or inp.records[j.job_id].site_factor != plan.site_factors[j.job_id][0])]
-        return {"now": inp.now, "away_s": inp.away_s, "profiling_gpus": inp.profiling_gpus,
+        return {"now": inp.now, "away_s": inp.away_s, "slurm_silent_s": inp.slurm_silent_s,
+                "profiling_gpus": inp.profiling_gpus,
                 "queued": dict(inp.queued),
                 "free_gpus": dict(inp.free_gpus),
                 "lendable": [inp.lendable_gpus, inp.lendable_node_gpus], "busy_nodes": sorted(inp.busy_nodes),

@@ -75,6 +75,10 @@ class DecisionInput:
     # seconds (monotonic) since lucidd's last successful cycle; None in the first cycle after a start.
     # Whether lucidd was away is measured here, not from Slurm's times: a clock step moves those.
     away_s: float | None = None
+    # of away_s, seconds lucidd kept trying every cycle while Slurm did not answer (a slurmctld restart
+    # or upgrade, a network cut): the run's extra work is bounded by the outage, not lucidd's absence.
+    # None: not such an outage (or the simulator).
+    slurm_silent_s: float | None = None
     # (job_id, restart count, Tprof the warning was for) -> when it was sent: the warnings jobs asked
     # for (lucid:signal=) that lucidd has sent, for the runs in profiling that asked for one
     signalled: dict = field(default_factory=dict)
@@ -284,6 +288,9 @@ class Reconciler:
         self.cfg = config
         self.monotonic = monotonic
         self._last_ok_mono = None  # monotonic time of the last successful cycle (DecisionInput.away_s)
+        self._last_try_mono = None  # ... and of the last cycle tried, whether Slurm answered or not
+        self._longest_try_gap = 0.0  # the longest wait between two cycles tried since the last successful one
+        self._slurm_failed = False  # a cycle since the last successful one found Slurm not answering
         self._next_prune = 0.0  # when old job records and cycles are forgotten next (prune_ended)
         self.backend = backend
         self.store = store
@@ -402,11 +409,18 @@ class Reconciler:
         row = CycleRow(started_at=self.clock(), dry_run=self.dry_run)
         mono = self.monotonic()
         away_s = None if self._last_ok_mono is None else mono - self._last_ok_mono
+        if self._last_try_mono is not None:
+            self._longest_try_gap = max(self._longest_try_gap, mono - self._last_try_mono)
+        self._last_try_mono = mono
+        # lucidd was here all along, asking every cycle, and only Slurm was silent (not a stopped,
+        # killed or frozen lucidd, nor one that paused for its database: those leave a longer gap)
+        silent_s = (away_s if away_s is not None and self._slurm_failed
+                    and self._longest_try_gap <= max(60.0, 3 * self.cfg.daemon.interval_s) else None)
         try:
             snap = self.backend.snapshot()
             row.jobs = len(snap.jobs)
             try:
-                row.actions, recorded = self._decide_and_apply(snap, away_s)
+                row.actions, recorded = self._decide_and_apply(snap, away_s, silent_s)
             except Exception:
                 # cut short after the cached records changed (an ended job dropped from them, a phase
                 # moved on) and before they were saved: the database no longer holds what the cache
@@ -417,6 +431,7 @@ class Reconciler:
             row.ok = True
         except BackendError as exc:
             row.ok, row.error = False, f"slurm: {exc}"
+            self._slurm_failed = True
             log.warning("cycle skipped, Slurm did not answer: %s (retrying in %gs)", exc, self.cfg.daemon.interval_s)
         row.seconds = time.perf_counter() - t0
         row.cpu_seconds = time.process_time() - c0
@@ -427,6 +442,7 @@ class Reconciler:
         if row.ok:
             self.store.set_meta("last_ok_cycle", f"{row.started_at:.3f}")
             self._last_ok_mono = mono
+            self._longest_try_gap, self._slurm_failed = 0.0, False
             self._prune(row.started_at)
         return row
 
@@ -450,7 +466,8 @@ class Reconciler:
             log.info("forgot %d ended job record(s) and %d cycle(s) older than [daemon] keep_days (%d)",
                      jobs, cycles, self.cfg.daemon.keep_days)
 
-    def _decide_and_apply(self, snap: ClusterSnapshot, away_s: float | None = None):
+    def _decide_and_apply(self, snap: ClusterSnapshot, away_s: float | None = None,
+                          slurm_silent_s: float | None = None):
         now = snap.now
         seen = {j.job_id: j for j in snap.jobs}
         records = self._open_records()
@@ -654,6 +671,7 @@ class Reconciler:
         inp = DecisionInput(now, inbox_jobs, in_profiling, waiting + releasing + sent_on, records, prof_gpus, queued,
                             free,
                             lend_gpus, lend_node, busy, node_wait_s=node_wait, away_s=0.0 if self.dry_run else away_s,
+                            slurm_silent_s=None if self.dry_run else slurm_silent_s,
                             signalled=signalled, gpu_profiles=profiles, gpu_memory=gpu_memory, node_gpus=node_gpus,
                             over_time_limit_s=self._over_time_s,
                             profiling_gpus_gone_s=0.0 if self._prof_gpus_gone_at is None else now - self._prof_gpus_gone_at,

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 
+from lucidd.backends.base import BackendError
 from lucidd.live.config import config_from_dict
 from lucidd.live.reconcile import Reconciler, open_inbox
 from lucidd.live.store import Store
@@ -685,3 +686,55 @@ def test_the_daemon_guards_a_job_of_several_nodes_sooner(cluster):
     clock.t += 6 * 3600
     run_cycles(rec, clock, 20)
     assert store.job(2).site_factor > 2 * 10 ** 9 - 10 ** 8
+
+
+@pytest.mark.parametrize("outage_s,requeued", [(180, True), (3590, True), (3700, False)])
+def test_a_run_past_tprof_through_a_slurm_outage_is_requeued_if_the_outage_was_short(cluster, outage_s, requeued):
+    """slurmctld did not answer while a profiling run passed its Tprof (a restart, an upgrade, a
+    network cut) and lucidd kept trying every cycle. Before, any outage past max(60 s, 3 cycles)
+    counted as lucidd away, and the run, 3 minutes past Tprof, was left to finish in profiling: a
+    training job of days held profiling GPUs for days. An outage of at most long_tprof_s (3,600 s)
+    costs the run no more work than a long run's requeue at long_tprof_s does, so it is requeued;
+    a longer one still leaves it to finish."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    rec = lucidd()
+    start_profiling_run(rec, clock, slurm, 1)
+    run_cycles(rec, clock, 590)  # 10 s before its Tprof
+    snapshot = slurm.snapshot
+
+    def down():
+        raise BackendError("squeue: error: Unable to contact slurm controller (connect failure)")
+    slurm.snapshot = down
+    for _ in range(outage_s // 10):
+        clock.t += 10
+        assert not rec.cycle().ok
+    slurm.snapshot = snapshot
+    run_cycles(rec, clock, 10)
+    row = store.job(1)
+    assert (row.profile == "requeued") == requeued, row.profile_reason
+    if requeued:
+        assert "Slurm did not answer" in row.profile_reason
+    else:
+        assert row.profile == "abandoned" and "lucidd was away" not in row.profile_reason
+
+
+def test_a_lucidd_that_stopped_trying_during_a_slurm_outage_was_away(cluster):
+    """A Slurm outage with lucidd itself frozen for 2 minutes in it (SIGSTOP, a hung host):
+    lucidd-failopen may have opened the inbox meanwhile, so lucidd was away as before, and the run
+    far past its Tprof is left to finish."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    rec = lucidd()
+    start_profiling_run(rec, clock, slurm, 1)
+    run_cycles(rec, clock, 590)
+    snapshot = slurm.snapshot
+
+    def down():
+        raise BackendError("squeue: error: Unable to contact slurm controller (connect failure)")
+    slurm.snapshot = down
+    clock.t += 10
+    assert not rec.cycle().ok
+    clock.t += 120  # no cycle tried
+    slurm.snapshot = snapshot
+    run_cycles(rec, clock, 10)
+    row = store.job(1)
+    assert row.profile == "abandoned" and "lucidd was away" in row.profile_reason
