@@ -18,6 +18,7 @@ start, another lucidd on the database).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -68,6 +69,21 @@ def _setup_logging(level: str):
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
 
 
+def _cycle_progress(notifier, heartbeat_file: str, changes: int):
+    """Within a long cycle, after each batch of changes Slurm took: lucidd is alive and moving
+    the inbox's jobs, so systemd's watchdog (WatchdogSec=120s) and lucidd-failopen's heartbeat
+    bound (60 s) hear so. A first start on a full queue changes every job (20,000 changes at
+    10,000 pending jobs, 44 s on the test cluster, minutes on a larger queue): before, systemd
+    killed such a cycle and failopen opened the inbox under it."""
+    from .live.reconcile import touch_heartbeat
+
+    try:
+        touch_heartbeat(heartbeat_file)
+    except OSError:
+        pass  # the end of the cycle writes it again, and counts its failures
+    notifier.watchdog(f"cycle under way: {changes} changes made")
+
+
 class Daemon:
     def __init__(self, config, dry_run=False, backend=None, store=None, notifier=None, clock=time.time,
                  check=False, once=False):
@@ -93,6 +109,9 @@ class Daemon:
                                      clock=clock)
         # a check runs beside a live lucidd, which moves the inbox's jobs: no shadow's warning about them
         self.reconciler.warns_of_shadow_inbox = not self.check
+        # (no bound method: the reconciler would hold the daemon, and its database lock, past its end)
+        self.reconciler.progress = (None if self.dry_run else
+                                    functools.partial(_cycle_progress, self.notifier, config.daemon.heartbeat_file))
         self.stop_requested = False
         self.db_down_since = None
         self.db_error = ""

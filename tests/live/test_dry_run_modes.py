@@ -376,3 +376,55 @@ def test_explain_does_not_say_a_job_first_seen_outside_the_inbox_asked_for_that_
     assert live.run_once()
     first = explain_data(cfg, Store(cfg.database.url), 5)["story"][0]
     assert "first seen in partition research" in first and "in partition research" not in first.split("(")[0], first
+
+
+class _Watchdog:
+    """Notifier stand-in: what lucidd tells systemd."""
+
+    def __init__(self):
+        self.pings = []
+
+    def watchdog(self, status=""):
+        self.pings.append(status)
+
+    def __getattr__(self, name):  # ready, stopping, ...: nothing to record
+        return lambda *a, **k: True
+
+
+def test_a_cycle_that_changes_thousands_of_jobs_feeds_the_watchdog_and_the_heartbeat_as_it_goes(tmp_path):
+    """A first start on a full queue moves and orders every job (44 s at 10,000 jobs on the test
+    cluster, minutes at more): the watchdog (WatchdogSec=120s) and the heartbeat (failopen after
+    60 s) heard from lucidd only at the cycle's end, so systemd killed such a cycle and
+    lucidd-failopen opened the inbox under it. Now each batch Slurm takes says lucidd is alive."""
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path / "state")},
+                            "models": {"dir": str(tmp_path / "models")}})
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    notifier = _Watchdog()
+    d = Daemon(cfg, backend=slurm, clock=clock, notifier=notifier)
+    d.start()
+    for jid in range(1, 1201):
+        slurm.submit(jid, partition="main", gpus=0)  # CPU jobs: straight to their partition, ordered there
+    beat = cfg.daemon.heartbeat_file
+    os.utime(beat, (0, 0))
+    seen = []
+    real = slurm.set_site_factor
+
+    def set_site_factor(ids, value):
+        seen.append(os.stat(beat).st_mtime)  # the heartbeat as each batch is sent
+        return real(ids, value)
+
+    slurm.set_site_factor = set_site_factor
+    clock.t += 10
+    assert d.run_once()
+    under_way = [p for p in notifier.pings if p.startswith("cycle under way")]
+    assert len(under_way) >= 4, notifier.pings  # 1,200 moves and 1,200 SiteFactors, 500 a batch
+    assert seen[0] == 0 and seen[-1] > 0  # touched after the first batch, before the cycle's end
+    assert all(slurm.jobs[j].partition == "main" for j in (1, 1200))
+
+
+def test_a_dry_run_cycle_touches_no_heartbeat_as_it_goes(tmp_path):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path / "state")},
+                            "models": {"dir": str(tmp_path / "models")}})
+    d = Daemon(cfg, dry_run=True, backend=MemSlurm(Clock()), clock=Clock())
+    assert d.reconciler.progress is None
