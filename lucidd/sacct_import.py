@@ -9,12 +9,19 @@ The rules, in the order they are applied:
 
 * One sacct record is one run of a job allocation; job steps (nested under `steps`) are ignored.
   Each array task and each heterogeneous-job component is a job of its own (`1234_5`, `1234+0`).
-* Records with the same job id are runs of one job when every earlier one ended in a requeue
-  state (`REQUEUED`, ...): `sacct -D` lists each run of a requeued job, and lucidd's profiling
-  requeues every profiled job once. They become one job: submit time of the **first** run,
-  duration, GPUs and state of the **last** run, and it is counted as requeued. The same id
-  after a run that did not end in a requeue is a different job (Slurm reuses ids after a state
-  reset or a wrap-around); it gets the id `ID#2`, `ID#3`, ...
+* The same record twice (files of consecutive windows merged) is read once (`duplicate record`).
+* Records with the same job id are runs of one job when each is the rerun of the one before: that
+  one ended in a requeue state (`REQUEUED`, ...; 23.11's `["PENDING", "REQUEUED"]`) and the next
+  was submitted within LOST_RERUN_S of its end, or it ended in another state (`NODE_FAIL`,
+  `PREEMPTED`, `FAILED` with RequeueExit: Slurm's own requeues) and the next was submitted within
+  REQUEUE_SLACK_S of its end (Slurm resubmits at the requeue). `sacct -D` lists each run of a
+  requeued job, and lucidd's profiling requeues every profiled job once. They become one job:
+  submit time of the **first** run, duration, GPUs and state of the **last** run, and it is
+  counted as requeued. Any other record of the same id is a different job (Slurm reuses ids after
+  a state reset or a wrap-around); it gets the id `ID#2`, `ID#3`, ...
+* submit_time = when Slurm could first start the job (sacct's `eligible`: a dependency met, a
+  `--begin` time reached), where that is later than its submission; `ineligible_s` is the wait
+  before. Those waits are not the scheduler's to shorten.
 * VC = the partition of the last run. When that is one of lucidd's own partitions (`inbox`,
   `profiling`: a job that finished within Tprof, or lucidd routed), the VC is the partition the
   user asked for (`lucid:partition=NAME` in the admin comment, written by lucidd's
@@ -49,7 +56,7 @@ import numpy as np
 import pandas as pd
 
 from .backends.base import PARTITION_TAG, never_ran
-from .backends.slurm import json_int, json_time, tres_gpus
+from .backends.slurm import json_int, json_time, sacct_state, tres_gpus
 from .errors import LucidError
 
 #: lucidd's own partitions (docs/deploy.md): a job's VC is never one of these when it can be helped.
@@ -57,6 +64,13 @@ LUCID_PARTITIONS = ("inbox", "profiling")
 
 #: states of a run that was requeued: the next record with the same job id is the same job.
 REQUEUE_STATES = frozenset({"REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "REQUEUED_HOLD"})
+#: a rerun is submitted when its requeue ends the run before it (Slurm sets a new submit time then):
+#: this far apart, a record that ended in another state (NODE_FAIL, PREEMPTED, FAILED with
+#: RequeueExit) and the next record of its id are one job's runs
+REQUEUE_SLACK_S = 5
+#: a record that ended in a requeue state whose next record of its id was submitted this much later
+#: is not its rerun: that rerun was lost (slurmctld's state reset) and Slurm gave the id to another job
+LOST_RERUN_S = 3600
 #: states of a job that has not ended yet.
 UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING",
                                "SIGNALING", "STAGE_OUT", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
@@ -66,7 +80,7 @@ UNFINISHED_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", 
 #: and are ignored by the loader; time_limit, in seconds, empty for none, is read: Slurm's backfill
 #: plans with it and estimates are capped at it).
 TRACE_COLUMNS = ("job_id", "submit_time", "duration", "gpu_num", "cpu_num", "vc", "user", "name", "state",
-                 "run_start", "run_end", "account", "requeues", "gpus_recorded", "time_limit")
+                 "run_start", "run_end", "account", "requeues", "gpus_recorded", "time_limit", "ineligible_s")
 
 #: default window of `--live` without --start: the last 30 days.
 DEFAULT_LIVE_DAYS = 30
@@ -91,6 +105,7 @@ class ImportReport:
     vc_lucid_left: dict = field(default_factory=dict)  # lucidd partition -> jobs that kept it as VC
     vc_no_partition: int = 0  # jobs whose records name no partition: VC "default"
     ids_reused: int = 0  # job ids that stood for more than one job
+    waited_eligible: int = 0  # jobs Slurm could not start at once (dependency, --begin): submitted when eligible
     cpu_jobs_kept: int = 0
     first_submit: int | None = None  # Unix seconds
     last_submit: int | None = None
@@ -117,7 +132,8 @@ class ImportReport:
             r = self.as_it_ran
             out.append(f"as Slurm ran them: avg JCT {r['avg_jct_s']:,.0f} s, avg queue {r['avg_queue_s']:,.0f} s, "
                        f"p99.9 queue {r['p999_queue_s']:,.0f} s (simulate's `slurm` row should come close on the "
-                       "cluster that ran them; a requeued job from its first submission to its last run's end)")
+                       "cluster that ran them; a job from its first submission, or when it became eligible, to its last "
+                       "run's end)")
         if self.requeued:
             out.append(f"{self.requeued} requeued job(s): {self.extra_runs} earlier run(s) merged (first submit, "
                        "last run)")
@@ -132,6 +148,9 @@ class ImportReport:
         for part, n in self.vc_lucid_left.items():
             out.append(f"{n} job(s) ran only in lucidd's partition '{part}' with no recorded request: VC '{part}' "
                        "(give --default-vc NAME to put them in a partition)")
+        if self.waited_eligible:
+            out.append(f"{self.waited_eligible} job(s) could not start when submitted (a dependency, a --begin "
+                       "time): submit_time is when Slurm could first start them (ineligible_s: the wait before)")
         if self.ids_reused:
             out.append(f"{self.ids_reused} job id(s) were used by more than one job (ids reset or wrapped): "
                        "the later jobs are ID#2, ID#3, ...")
@@ -146,7 +165,7 @@ class ImportReport:
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("source", "records", "jobs", "dropped", "requeued", "extra_runs",
-                                           "vc_from_request", "vc_default", "vc_lucid_left", "vc_no_partition", "ids_reused",
+                                           "vc_from_request", "vc_default", "vc_lucid_left", "vc_no_partition", "ids_reused", "waited_eligible",
                                            "cpu_jobs_kept", "vcs", "with_limit", "no_user", "as_it_ran", "notes")}
         d["gpu_hours"] = round(self.gpu_hours, 3)
         d["first_submit"] = _iso(self.first_submit) if self.first_submit is not None else None
@@ -157,12 +176,7 @@ class ImportReport:
 # ----- small readers, tolerant of 22.05's plain values and newer Slurm's {"set", "number"} ----------
 
 def _state(rec) -> str:
-    s = rec.get("state")
-    if isinstance(s, dict):
-        s = s.get("current")
-    if isinstance(s, list):  # newer Slurm: a list of flags, the base state first
-        s = s[0] if s else ""
-    return str(s or "").upper()
+    return sacct_state(rec.get("state"))  # newer Slurm: a list of flags (a requeue reads as REQUEUED)
 
 
 def _tres_count(items, kind: str) -> int:
@@ -206,6 +220,7 @@ class _Run:
     order: int  # position in the file (ties)
     limit_s: int | None = None  # the run's time limit (sacct's minutes, in seconds); None: UNLIMITED
     nodes: str = ""  # the nodes it was given ("None assigned" for a run that never started)
+    eligible: int | None = None  # when Slurm could first start it (dependencies met, --begin reached)
 
 
 def _read_run(rec: dict, order: int) -> _Run:
@@ -233,7 +248,8 @@ def _read_run(rec: dict, order: int) -> _Run:
                 state=_state(rec), partition=str(rec.get("partition") or ""), gpus=gpus, cpus=cpus,
                 user=str(rec.get("user") or assoc.get("user") or ""), name=str(rec.get("name") or ""),
                 account=str(rec.get("account") or ""), admin_comment=str(admin or ""), order=order,
-                limit_s=_limit_s(t.get("limit")), nodes=str(rec.get("nodes") or ""))
+                limit_s=_limit_s(t.get("limit")), nodes=str(rec.get("nodes") or ""),
+                eligible=json_time(t.get("eligible")))
 
 
 def _limit_s(minutes) -> int | None:
@@ -244,8 +260,20 @@ def _limit_s(minutes) -> int | None:
     return int(m) * 60
 
 
+def _reruns(prev: _Run, nxt: _Run) -> bool:
+    """Whether `nxt`, the next record of `prev`'s job id, is the same job run again."""
+    gap = None if prev.end is None or nxt.submit is None else nxt.submit - prev.end
+    if prev.state in REQUEUE_STATES:
+        return gap is None or -REQUEUE_SLACK_S <= gap <= LOST_RERUN_S
+    # Slurm's own requeue after a node failure, a preemption or a RequeueExit code records the run
+    # NODE_FAIL, PREEMPTED or FAILED, and submits the rerun at its end (these were counted as a
+    # reused id: one job more, and the rerun's wait lost). An id Slurm hands out again after a state
+    # reset is not submitted in the second its old job ended.
+    return gap is not None and prev.start is not None and abs(gap) <= REQUEUE_SLACK_S
+
+
 def _group_runs(runs: list[_Run]) -> list[list[_Run]]:
-    """Runs -> jobs: records of one id continue one job while each earlier one was requeued."""
+    """Runs -> jobs: records of one id continue one job while each is the rerun of the one before."""
     by_key: dict = {}
     for r in runs:
         by_key.setdefault(r.key, []).append(r)
@@ -255,13 +283,27 @@ def _group_runs(runs: list[_Run]) -> list[list[_Run]]:
                                r.start if r.start is not None else math.inf, r.order))
         current = [rs[0]]
         for r in rs[1:]:
-            if current[-1].state in REQUEUE_STATES:
+            if _reruns(current[-1], r):
                 current.append(r)
             else:
                 jobs.append(current)
                 current = [r]
         jobs.append(current)
     return jobs
+
+
+def _without_duplicates(runs: list[_Run], dropped: Counter) -> list[_Run]:
+    """One run per (job id, submission, start, end, state): files of consecutive windows merged
+    hold the jobs that ran across the boundary in both (sacct lists every job active in a window)."""
+    seen, out = set(), []
+    for r in runs:
+        k = (r.key, r.submit, r.start, r.end, r.state)
+        if k in seen:
+            dropped["duplicate record"] += 1
+            continue
+        seen.add(k)
+        out.append(r)
+    return out
 
 
 def check_sacct_data(data, source: str = "sacct --json") -> list:
@@ -322,6 +364,7 @@ def sacct_json_to_trace(data: dict, *, source: str = "sacct --json", start: int 
         except (KeyError, TypeError, ValueError, AttributeError):
             dropped["unreadable record"] += 1
     rep.records = len(recs)
+    runs = _without_duplicates(runs, dropped)
     clusters = {r.key[0] for r in runs}
     groups = _group_runs(runs)
     seen_ids = Counter()
@@ -329,10 +372,6 @@ def sacct_json_to_trace(data: dict, *, source: str = "sacct --json", start: int 
     for g in sorted(groups, key=lambda g: (g[0].submit or 0, g[0].key, g[0].order)):
         first, last = g[0], g[-1]
         base_id = last.display_id if len(clusters) <= 1 else f"{last.key[0]}:{last.display_id}"
-        seen_ids[base_id] += 1
-        job_id = base_id if seen_ids[base_id] == 1 else f"{base_id}#{seen_ids[base_id]}"
-        if seen_ids[base_id] == 2:
-            rep.ids_reused += 1
         # a job cancelled right after lucidd's requeue was written as a 0 s job, a refused sbatch as a
         # 0 s, 20-GPU one: records of runs that never happened are not runs
         started = [r for r in g if not never_ran(r.start, r.end, r.nodes)]
@@ -366,6 +405,19 @@ def sacct_json_to_trace(data: dict, *, source: str = "sacct --json", start: int 
                 continue
             gpus = 1
             rep.cpu_jobs_kept += 1
+        # named once written: a dropped record sharing the id (a lost rerun) gives no ID#2
+        seen_ids[base_id] += 1
+        job_id = base_id if seen_ids[base_id] == 1 else f"{base_id}#{seen_ids[base_id]}"
+        if seen_ids[base_id] == 2:
+            rep.ids_reused += 1
+        # Waiting for a dependency or a --begin time is not the scheduler's: the replay submits the job
+        # when Slurm could first start it (submitted at its submission, every stage of a pipeline
+        # could run at once in the replay, while the history's own figures counted those waits)
+        eligible = first.eligible
+        ineligible = (eligible - submit if eligible is not None and submit < eligible <= started[0].start
+                      else 0)
+        if ineligible:
+            rep.waited_eligible += 1
         vc = run.partition or last.partition
         if "," in vc:
             vc = vc.split(",")[0]
@@ -389,13 +441,14 @@ def sacct_json_to_trace(data: dict, *, source: str = "sacct --json", start: int 
             rep.requeued += 1
             rep.extra_runs += len(g) - 1
         rows.append({
-            "job_id": job_id, "submit_time": _iso(submit), "duration": int(run.end - run.start),
+            "job_id": job_id, "submit_time": _iso(submit + ineligible), "duration": int(run.end - run.start),
             "gpu_num": int(gpus), "cpu_num": int(run.cpus or last.cpus), "vc": vc, "user": last.user or first.user,
             "name": last.name or first.name, "state": last.state, "run_start": _iso(run.start),
             "run_end": _iso(run.end), "account": last.account, "requeues": len(g) - 1, "gpus_recorded": recorded,
             # the limit of the run that counted (the user's own; lucidd's moves keep it)
             "time_limit": run.limit_s if run.limit_s is not None else last.limit_s,
-            "_submit": submit, "_end": run.end,
+            "ineligible_s": int(ineligible),
+            "_submit": submit + ineligible, "_end": run.end,
         })
     df = pd.DataFrame(rows, columns=[*TRACE_COLUMNS, "_submit", "_end"])
     df = df.sort_values("_submit", kind="stable").reset_index(drop=True)
@@ -411,14 +464,14 @@ def sacct_json_to_trace(data: dict, *, source: str = "sacct --json", start: int 
         rep.as_it_ran = {"avg_jct_s": round(float(jct.mean()), 1), "avg_queue_s": round(float(queue.mean()), 1),
                          "p999_queue_s": round(float(np.percentile(queue, 99.9)), 1)}
     df = df.drop(columns=["_submit", "_end"])
-    for c in ("duration", "gpu_num", "cpu_num", "requeues", "gpus_recorded"):
+    for c in ("duration", "gpu_num", "cpu_num", "requeues", "gpus_recorded", "ineligible_s"):
         df[c] = df[c].astype("int64")
     df["time_limit"] = df["time_limit"].astype("Int64")  # empty cell: no limit (UNLIMITED)
     rep.with_limit = int(df["time_limit"].notna().sum())
     rep.jobs = len(df)
     rep.no_user = int((df["user"] == "").sum()) if len(df) else 0
-    order = ("unreadable record", "no submit time", "outside window", "not finished", "never started",
-             "bad start/end times", "cpu-only job")
+    order = ("unreadable record", "duplicate record", "no submit time", "outside window", "not finished",
+             "never started", "bad start/end times", "cpu-only job")
     rep.dropped = {k: dropped[k] for k in order if dropped.get(k)}
     if rep.records and not any(r.gpus for r in runs):
         rep.notes.append("no record has a gres/gpu TRES: Slurm accounts GPUs only with "
@@ -427,6 +480,27 @@ def sacct_json_to_trace(data: dict, *, source: str = "sacct --json", start: int 
 
 
 # ----- VC config from sinfo ---------------------------------------------------------------------
+
+def _nodes_of_sinfo_groups(groups: list) -> list[dict]:
+    """Slurm 23.02 on: `sinfo --json` lists groups of alike nodes per partition ({"nodes": {"nodes":
+    [names]}, "gres": {"total": "gpu:8"}, "partition": {"name"}}); 22.05 listed nodes with their
+    partitions. The groups as 22.05's node records."""
+    nodes: dict[str, dict] = {}
+    for g in groups:
+        if not isinstance(g, dict):
+            continue
+        names = (g.get("nodes") or {}).get("nodes") if isinstance(g.get("nodes"), dict) else None
+        part = (g.get("partition") or {}).get("name") if isinstance(g.get("partition"), dict) else None
+        gres = (g.get("gres") or {}).get("total") if isinstance(g.get("gres"), dict) else None
+        for name in names if isinstance(names, list) else ():
+            if not isinstance(name, str) or not name:
+                continue
+            n = nodes.setdefault(name, {"name": name, "gres": "", "partitions": []})
+            n["gres"] = n["gres"] or str(gres or "")
+            if isinstance(part, str) and part and part not in n["partitions"]:
+                n["partitions"].append(part)
+    return list(nodes.values())
+
 
 def vc_config_from_sinfo(data, trace: pd.DataFrame, source: str = "sinfo --json",
                          gpus_per_node: int = 8) -> tuple[pd.DataFrame, list[str]]:
@@ -437,9 +511,11 @@ def vc_config_from_sinfo(data, trace: pd.DataFrame, source: str = "sinfo --json"
     from .backends.slurm import gres_gpu_count
     from .cluster import size_cluster_from_trace
 
+    if isinstance(data, dict) and isinstance(data.get("sinfo"), list) and not isinstance(data.get("nodes"), list):
+        data = {"nodes": _nodes_of_sinfo_groups(data["sinfo"])}
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
         what = ("it looks like `sacct --json` output" if isinstance(data, dict) and "jobs" in data
-                else "no 'nodes' list")
+                else "no 'nodes' list, nor 23.02's 'sinfo' list")
         raise SacctImportError(f"{source}: not `sinfo --json` output ({what})")
     members: dict[str, list[int]] = {}
     node_parts: dict[str, tuple] = {}

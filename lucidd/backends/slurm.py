@@ -411,13 +411,27 @@ def tres_gpus(items) -> int:
     return gpus or (1 if shard else 0)
 
 
+def sacct_state(value) -> str:
+    """sacct's job `state` (its `current`) as one upper-case word. 22.05 writes one word; 23.11 on
+    write a list of flags, the base state first: a requeued run, which slurmdbd stores as
+    JOB_PENDING | JOB_REQUEUE, is ["PENDING", "REQUEUED"]. A list with a requeue flag reads as that
+    flag (as 22.05 wrote it; read by its first word, every profiled job's first run was PENDING,
+    never finished), any other as its base state."""
+    if isinstance(value, dict):
+        value = value.get("current")
+    if isinstance(value, (list, tuple)):
+        words = [str(w).upper() for w in value if w]
+        return next((w for w in words if w.startswith("REQUEUE")), words[0] if words else "")
+    return str(value or "").upper()
+
+
 def sacct_rows(data: dict) -> list[dict]:
     """`sacct --json` jobs -> plain rows (one per job allocation; steps ignored)."""
     rows = []
     for rec in data.get("jobs") or []:
         try:
             t = rec.get("time") or {}
-            state = rec.get("state") or {}
+            state = rec.get("state")
             tres = rec.get("tres") or {}
             # requested first: live jobs are seen with what they asked for (an --exclusive job asking
             # for 1 GPU is allocated all of a node's), and the models compare the two
@@ -426,7 +440,7 @@ def sacct_rows(data: dict) -> list[dict]:
             rows.append({
                 "job_id": int(rec["job_id"]), "name": rec.get("name") or "", "user": rec.get("user") or "",
                 "account": rec.get("account") or "", "partition": rec.get("partition") or "",
-                "state": (state.get("current") if isinstance(state, dict) else str(state)) or "",
+                "state": sacct_state(state),
                 "gpus": gpus, "submit_time": json_time(t.get("submission")), "start_time": json_time(t.get("start")),
                 "end_time": json_time(t.get("end")), "elapsed_s": json_int(t.get("elapsed"), 0) or 0,
                 "limit_min": json_int(t.get("limit"), None),

@@ -32,8 +32,8 @@ import pandas as pd
 import pytest
 
 from lucidd.cli import main
-from lucidd.sacct_import import (TRACE_COLUMNS, SacctImportError, parse_when, read_json_file, sacct_json_to_trace,
-                                 vc_config_from_sinfo)
+from lucidd.sacct_import import (TRACE_COLUMNS, SacctImportError, _iso, parse_when, read_json_file,
+                                 sacct_json_to_trace, vc_config_from_sinfo)
 from lucidd.traces import load_trace
 
 DATA = Path(__file__).parent / "data"
@@ -501,3 +501,97 @@ def test_a_record_with_no_partition_is_not_called_one_of_lucidds(tmp_path):
     df, rep = sacct_json_to_trace(_only(data, rec))
     assert list(df["vc"]) == ["default"] and rep.vc_no_partition == 1 and not rep.vc_lucid_left
     assert any("no partition in their records" in line for line in rep.lines())
+
+
+def _as_2311(rec):
+    """A 22.05 record in 23.11's shapes: numbers as {"set", "infinite", "number"}, the state a list of
+    flags with the base state first (slurmdbd stores a requeued run as JOB_PENDING | JOB_REQUEUE,
+    which 23.11's sacct writes as ["PENDING", "REQUEUED"])."""
+    r = copy.deepcopy(rec)
+    for k in ("submission", "eligible", "start", "end"):
+        r["time"][k] = {"set": True, "infinite": False, "number": r["time"][k]}
+    state = r["state"]["current"]
+    r["state"]["current"] = ["PENDING", "REQUEUED"] if state == "REQUEUED" else [state]
+    return r
+
+
+def test_a_requeue_in_23_11s_state_list_is_one_job_with_its_first_submission():
+    """Read by its first flag, 23.11's requeued run was PENDING: dropped as not finished, and the
+    rerun became job 9#2, submitted at the requeue (every job lucidd profiles, in a 23.11 history)."""
+    data = json.loads(SACCT_LUCIDD.read_text())
+    data["jobs"] = [_as_2311(r) for r in data["jobs"]]
+    df, rep = sacct_json_to_trace(data)
+    assert rep.dropped == {"never started": 3} and len(df) == 33 and rep.requeued == 5 and not rep.ids_reused
+    by = df.set_index("job_id")
+    assert by.loc["9", "requeues"] == 1 and by.loc["9", "submit_time"] == _iso(FIRST_SUBMIT_9)
+
+
+def test_the_daemons_history_reads_23_11s_state_list_as_one_word():
+    from lucidd.backends.slurm import sacct_rows
+
+    data = json.loads(SACCT_LUCIDD.read_text())
+    rows = sacct_rows({"jobs": [_as_2311(r) for r in data["jobs"]]})
+    assert {r["state"] for r in rows} == {r["state"]["current"] for r in data["jobs"]}
+
+
+@pytest.mark.parametrize("state", ["NODE_FAIL", "PREEMPTED", "FAILED"])
+def test_a_run_slurm_requeued_itself_is_one_job_with_the_rerun(state):
+    """A node failure, a preemption or RequeueExit requeues without the REQUEUED state: the run is
+    recorded NODE_FAIL / PREEMPTED / FAILED and the rerun's submission is that run's end (Slurm sets
+    a new submit time at the requeue). Before, the two were counted as a reused id: an extra job
+    and the rerun's wait lost."""
+    data = _data()
+    first, second = (copy.deepcopy(_rec(data, 9, p)) for p in ("profiling", "research"))
+    first["state"]["current"] = state
+    df, rep = sacct_json_to_trace(_only(data, first, second))
+    assert list(df["job_id"]) == ["9"] and not rep.ids_reused and rep.requeued == 1
+    assert df["submit_time"].tolist() == [_iso(FIRST_SUBMIT_9)]
+
+
+def test_a_requeued_run_whose_rerun_was_lost_is_not_merged_with_a_job_given_its_id_weeks_later():
+    data = _data()
+    first, later = copy.deepcopy(_rec(data, 9, "profiling")), copy.deepcopy(_rec(data, 9, "research"))
+    for k in ("submission", "eligible", "start", "end"):
+        later["time"][k] += 20 * 86400
+    df, rep = sacct_json_to_trace(_only(data, first, later))
+    # the later job keeps the plain id: the record it shares it with is not written
+    assert list(df["job_id"]) == ["9"] and rep.dropped == {"not finished": 1} and not rep.ids_reused
+    assert df["submit_time"].tolist() == [_iso(later["time"]["eligible"])]  # (a requeue's BeginTime: +3 s)
+
+
+def test_the_same_record_twice_is_one_run():
+    """Two monthly exports both hold the jobs that ran across the month's end: merged, each such job
+    was counted twice (as a reused id)."""
+    data = _data()
+    df, rep = sacct_json_to_trace(_only(data, _rec(data, 10), _rec(data, 10), _rec(data, 5)))
+    assert sorted(df["job_id"]) == ["10", "5"] and not rep.ids_reused and rep.dropped == {"duplicate record": 1}
+
+
+def test_a_job_that_waited_for_a_dependency_or_a_begin_time_is_submitted_when_it_became_eligible():
+    """`--dependency` and `--begin` jobs: Slurm could not start them before their eligible time, and a
+    replay that submits them at their submission lets every stage of a pipeline run at once."""
+    data = _data()
+    r = copy.deepcopy(_rec(data, 10))
+    r["time"]["eligible"] = r["time"]["submission"] + 7200
+    r["time"]["start"] = r["time"]["eligible"] + 5
+    r["time"]["end"] = r["time"]["start"] + 30
+    df, rep = sacct_json_to_trace(_only(data, r))
+    assert df["submit_time"].tolist() == [_iso(r["time"]["eligible"])]
+    assert df["ineligible_s"].tolist() == [7200] and rep.waited_eligible == 1
+    assert rep.as_it_ran["avg_queue_s"] == 5
+    assert any("eligible" in line for line in rep.lines())
+
+
+def test_sinfo_json_of_slurm_23_02_and_later_gives_the_vc_config():
+    """From 23.02 `sinfo --json` is a list of node groups per partition (`sinfo`), not `nodes`."""
+    nodes = json.loads(SINFO.read_text())["nodes"]
+    groups = {}
+    for n in nodes:
+        for p in n["partitions"]:
+            groups.setdefault((p, n["gres"]), []).append(n["name"])
+    new = {"sinfo": [{"nodes": {"nodes": names, "total": len(names)}, "gres": {"total": gres, "used": ""},
+                      "partition": {"name": p}} for (p, gres), names in groups.items()]}
+    df, _ = sacct_json_to_trace(json.loads(SACCT.read_text()))
+    old_cfg, _ = vc_config_from_sinfo(json.loads(SINFO.read_text()), df)
+    new_cfg, _ = vc_config_from_sinfo(new, df)
+    assert new_cfg.to_dict("records") == old_cfg.to_dict("records")
