@@ -427,8 +427,9 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
             if ran >= limit + tprof:
                 plan.abandon.append((j.job_id, f"ran {ran} s in profiling; since its Tprof {limit} s "
                                                 f"{', '.join(where)} could not start it (the partition, or every node "
-                                                "of it, down, drained or reserved): left to finish there (a requeue "
-                                                "would end this run and leave the job waiting there)"))
+                                                "of it, down, drained or reserved, or Slurm no longer has it): left to "
+                                                "finish there (a requeue would end this run and leave the job "
+                                                "waiting there)"))
             continue
         was_away = away_s is None or away_s > grace
         silent = slurm_silent_s if was_away and away_s is not None and slurm_silent_s else None

@@ -576,12 +576,15 @@ class Reconciler:
                     r.profile, r.requeued_at = "requeued", j.submit_time  # Slurm resets submit to the requeue
                     changed[jid] = r
                 if j.pending and j.restart_count > r.restarts and now >= (r.requeued_at or now) + 1:
-                    releasing.append(j)
+                    if not self._backing_off(jid, now):
+                        releasing.append(j)
                 elif (j.state == "RUNNING" and j.restart_count > r.restarts and j.reason != "Prolog"
                       and j.start_time and now - j.start_time <= max(60.0, 3 * self.cfg.daemon.interval_s)
                       and not self.dry_run and not self._controller_settling()):
                     # (only a restart seen within its first minute: one that began while lucidd was away
                     # has run on, and is left to finish, as other runs lucidd was away for)
+                    if jid in self._unmovable or REFUSED_MOVE in (r.profile_reason or ""):
+                        continue  # Slurm refused its release for good: it runs on in profiling (its reason says so)
                     self._requeue_restarted_run(j, r, now)
         # 4. decide
         inbox_jobs = [seen[jid] for jid, r in records.items()
@@ -681,7 +684,7 @@ class Reconciler:
                             signalled=signalled, gpu_profiles=profiles, gpu_memory=gpu_memory, node_gpus=node_gpus,
                             over_time_limit_s=self._over_time_s,
                             profiling_gpus_gone_s=0.0 if self._prof_gpus_gone_at is None else now - self._prof_gpus_gone_at,
-                            closed_partitions=self._closed_partitions(snap, node_gpus, free, now))
+                            closed_partitions=self._closed_partitions(snap, node_gpus, free, now, records))
         plan = self.decider.decide(inp)
         plan.release.extend(direct)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
@@ -862,16 +865,23 @@ class Reconciler:
             self._partition_gpu_nodes = nodes
         return partition_gpu_memory(nodes, self.store.gpu_nodes())
 
-    def _closed_partitions(self, snap, node_gpus: dict, free: dict, now: int) -> frozenset:
+    def _closed_partitions(self, snap, node_gpus: dict, free: dict, now: int, records=None) -> frozenset:
         """Partitions that have not been able to start a job for max(60 s, 3 intervals): not UP, or
         with nodes and none of them usable (`free` counts usable nodes only). Nodes that miss a cycle
-        or two while they register again (NOT_RESPONDING) close nothing (DecisionInput.closed_partitions)."""
+        or two while they register again (NOT_RESPONDING) close nothing (DecisionInput.closed_partitions).
+        A partition a record's job asked for that Slurm no longer lists (an admin removed or renamed
+        it) is closed at once: a requeue there would leave the job nowhere to go, and Slurm would
+        restart it in profiling (a review: requeued every 2 minutes for as long as it was gone)."""
         closed_now = (({x for x in node_gpus if x not in free}
                        | {x for x, part in (snap.partitions or {}).items() if not part.up})
                       - {self.inbox, self.profiling})
         self._closed_since = {x: self._closed_since.get(x, now) for x in closed_now}
         hold = max(60.0, 3 * self.cfg.daemon.interval_s)
-        return frozenset(x for x, t in self._closed_since.items() if now - t >= hold)
+        gone = set()
+        if snap.partitions and records:
+            gone = {x for r in records.values() if r.phase == "profiling"
+                    for x in partition_names(r.target_partition)} - set(snap.partitions)
+        return frozenset({x for x, t in self._closed_since.items() if now - t >= hold} | gone)
 
     def _profiling_nodes(self, snap) -> frozenset:
         """The nodes of the profiling partition. A shadow (--dry-run) on a cluster that does not
@@ -1063,14 +1073,19 @@ class Reconciler:
         until = self._unmovable.get(job_id, (0, 0))[0]
         return now < until
 
-    def _unmovable_now(self, r: JobRow, error: str, now: int, changed: dict):
+    def _unmovable_now(self, r: JobRow, error: str, now: int, changed: dict, requeued: bool = False):
         """A job's move to its partition failed for good (say no such partition: job_submit.lua sent
         it to the inbox before Slurm could refuse it). It waits in the inbox, retried after 1 min,
-        doubling to 1 h, and the reason says what an admin or its owner can do."""
+        doubling to 1 h, and the reason says what an admin or its owner can do. `requeued`: a job
+        requeued from profiling whose release failed so (the partition was removed after its
+        requeue): Slurm starts it again in profiling once its begin time passes, and that restart
+        runs on there, not requeued again."""
         _until, delay = self._unmovable.get(r.job_id, (0, 0))
         delay = min(3600, max(60, 2 * delay))
         self._unmovable[r.job_id] = (now + delay, delay)
-        r.profile_reason = (f"waits in {self.inbox}: {REFUSED_MOVE} to {r.target_partition} ({error}); "
+        where = (f"requeued from {self.profiling}, where Slurm starts it again and lucidd leaves that run to "
+                 "finish" if requeued else f"waits in {self.inbox}")
+        r.profile_reason = (f"{where}: {REFUSED_MOVE} to {r.target_partition} ({error}); "
                             f"retried in {delay} s. An admin can `scontrol update jobid={r.job_id} "
                             f"partition=<name>` (job_submit.lua refuses a user's move out of {self.inbox}); "
                             f"its owner can scancel it and submit it again")
@@ -1445,14 +1460,18 @@ class Reconciler:
             item = (key("release", j.job_id, records, "profiled"), j.job_id, "release",
                     {"partition": r.target_partition, "starttime": "now"} | ({"excnodelist": ""} if clear == "" else {}),
                     reason)
+            errors = {}
             if self._act_batch([item], lambda ids, r=r, clear=clear: self.backend.move(ids, r.target_partition,
                                                                                           start_now=True, exclude=clear),
-                               now, applied=applied):
+                               now, applied=applied, errors=errors):
                 r.profile, r.phase, r.released_at = "released", "released", now
                 if clear == "":
                     r.lent = False  # its list went with this move: any later one is its owner's
+                self._unmovable.pop(j.job_id, None)
                 changed[j.job_id] = r
                 n += 1
+            elif "invalid partition" in errors.get(j.job_id, "").lower():
+                self._unmovable_now(r, errors[j.job_id], now, changed, requeued=True)
         # inbox -> profiling, one call for all; jobs on borrowed GPUs in a second call that also keeps
         # them off the nodes of partitions where someone waits (ExcNodeList)
         items, lent_items, reasons = [], [], {}

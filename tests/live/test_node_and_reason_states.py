@@ -215,7 +215,7 @@ def test_a_run_whose_partition_stays_drained_is_left_to_finish(tmp_path):
     clock, slurm, store, rec = _drained_partition_cluster(tmp_path)
     _cycles(rec, clock, 1300)  # past Tprof + Tprof
     r = store.job(5)
-    assert r.profile == "abandoned" and "could not start it (the partition, or every node of it, down, drained or reserved)" in r.profile_reason, \
+    assert r.profile == "abandoned" and "could not start it (the partition, or every node of it, down, drained or reserved" in r.profile_reason, \
         r.profile_reason
     slurm.nodes["gpu2"] = NodeGPUs("gpu2", 8, 0, "IDLE", ("inbox", "main"))
     _cycles(rec, clock, 60)

@@ -738,3 +738,47 @@ def test_a_lucidd_that_stopped_trying_during_a_slurm_outage_was_away(cluster):
     run_cycles(rec, clock, 10)
     row = store.job(1)
     assert row.profile == "abandoned" and "lucidd was away" in row.profile_reason
+
+
+def test_a_run_whose_partition_was_removed_is_not_requeued_at_tprof_and_is_left_to_finish(cluster):
+    """An admin removed (or renamed) the partition a profiling run's job asked for: requeued at
+    Tprof, the job could go nowhere (its release fails: Invalid partition name), and Slurm restarts
+    it in profiling. Not requeued, it runs on as plain Slurm would have let it; left to finish once
+    another Tprof has passed without the partition coming back."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    rec = lucidd()
+    start_profiling_run(rec, clock, slurm, 1)
+    run_cycles(rec, clock, 100)
+    slurm.partitions.remove("main")
+    run_cycles(rec, clock, 600)  # past its Tprof
+    assert not [c for c in slurm.job_calls(1) if c[0] == "requeue"]
+    assert store.job(1).profile == "admitted"
+    run_cycles(rec, clock, 600)
+    row = store.job(1)
+    assert row.profile == "abandoned" and "no longer has it" in row.profile_reason, row.profile_reason
+    assert slurm.jobs[1].state == "RUNNING" and slurm.jobs[1].partition == "profiling"
+
+
+def test_a_requeued_job_whose_partition_was_removed_is_not_requeued_again_at_each_restart(cluster):
+    """The partition went after the requeue: every release failed (a warning a second), the restart
+    Slurm began in profiling after its BeginTime was requeued again, and so on every 2 minutes for
+    as long as the partition was gone (a review: the job never finished, status said healthy).
+    Now the release backs off, the restart runs on in profiling, and status flags the job."""
+    from lucidd.admin_cli import _needing_attention
+
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    rec = lucidd()
+    start_profiling_run(rec, clock, slurm, 1)
+    run_cycles(rec, clock, 600)
+    assert store.job(1).profile == "requeued"
+    slurm.partitions.remove("main")
+    run_cycles(rec, clock, 120)
+    moves = [c for c in slurm.job_calls(1) if c[0] == "move"]
+    assert len(moves) <= 3, moves  # the admission, then a release retried after 1 min, not every cycle
+    slurm.start(1)  # Slurm's restart, in profiling
+    run_cycles(rec, clock, 300)
+    assert len([c for c in slurm.job_calls(1) if c[0] == "requeue"]) == 1  # the Tprof requeue only
+    assert slurm.jobs[1].state == "RUNNING"
+    row = store.job(1)
+    assert "Slurm refused to move it" in row.profile_reason
+    assert [x["job_id"] for x in _needing_attention({1: row})] == [1]
