@@ -414,7 +414,7 @@ class Reconciler:
         row = CycleRow(started_at=self.clock(), dry_run=self.dry_run)
         self._changes_made = 0
         mono = self.monotonic()
-        away_s = None if self._last_ok_mono is None else mono - self._last_ok_mono
+        away_s = self._away_since_last_run() if self._last_ok_mono is None else mono - self._last_ok_mono
         if self._last_try_mono is not None:
             self._longest_try_gap = max(self._longest_try_gap, mono - self._last_try_mono)
         self._last_try_mono = mono
@@ -451,6 +451,20 @@ class Reconciler:
             self._longest_try_gap, self._slurm_failed = 0.0, False
             self._prune(row.started_at)
         return row
+
+    def _away_since_last_run(self) -> float | None:
+        """Before this process's first successful cycle: seconds since the last successful cycle any
+        lucidd stored in this database, by the wall clock (the monotonic one starts with the
+        process). None when there is none, or it is dated ahead of this clock (a clock stepped
+        back: unknown). A restart within seconds (an admin's config change, a standby's takeover)
+        had counted as away, and runs past a shortened Tprof were left to run to their end in
+        profiling (a review)."""
+        try:
+            last = self.store.get_meta("last_ok_cycle")
+            away = self.clock() - float(last) if last is not None else None
+        except (StoreError, ValueError, TypeError):
+            return None
+        return away if away is not None and away >= 0 else None
 
     def _prune(self, now: float, limit: int = PRUNE_BATCH):
         """Hourly, forget ended jobs and cycles older than [daemon] keep_days: the jobs and actions

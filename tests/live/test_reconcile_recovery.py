@@ -782,3 +782,40 @@ def test_a_requeued_job_whose_partition_was_removed_is_not_requeued_again_at_eac
     row = store.job(1)
     assert "Slurm refused to move it" in row.profile_reason
     assert [x["job_id"] for x in _needing_attention({1: row})] == [1]
+
+
+def test_a_restart_is_away_only_as_long_as_the_stored_last_cycle_says(tmp_path):
+    """lucidd restarted within seconds with a shorter Tprof (an admin's config change): its first
+    cycle took every run past the new Tprof + 60 s for one it had been away for and left them to
+    run to their end in profiling, ahead of every queue (a review). The time since the previous
+    lucidd's last successful cycle (stored) is the absence; a restart after longer still leaves them."""
+    def config(tprof):
+        return config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                                 "models": {"dir": str(tmp_path / "models")},
+                                 "profiler": {"tprof_s": tprof, "skip_when_free": False, "lend_idle_gpus": False}})
+
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    cfg = config(600)
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=clock)
+    for jid in (1, 2):
+        start_profiling_run(rec, clock, slurm, jid)
+    run_cycles(rec, clock, 100)
+    clock.t += 3  # restarted with Tprof 20 s
+    cfg2 = config(20)
+    rec2 = Reconciler(cfg2, slurm, store, LucidDecider(cfg2), clock=clock, monotonic=lambda: 0.0)
+    assert rec2.cycle().ok
+    for jid in (1, 2):
+        assert store.job(jid).profile == "requeued", store.job(jid).profile_reason
+
+
+def test_a_restart_long_after_the_last_cycle_leaves_runs_far_past_tprof_to_finish(cluster):
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    rec = lucidd()
+    start_profiling_run(rec, clock, slurm, 1)
+    run_cycles(rec, clock, 500)
+    clock.t += 600  # lucidd stopped for 10 minutes
+    assert lucidd().cycle().ok
+    row = store.job(1)
+    assert row.profile == "abandoned" and "lucidd was away" in row.profile_reason
