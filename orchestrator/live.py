@@ -257,8 +257,9 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
 
     Tprof: a job running in profiling for >= Tprof is requeued; one that ran far past it while
     lucidd was away (> Tprof + max(60 s, 3 intervals)) is left to finish there. `away_s`: seconds
-    since lucidd's last successful cycle, by a monotonic clock (None: the first cycle since lucidd
-    started, or a caller that cannot tell, as the simulator). Measured so, a run that seems far
+    since lucidd's last successful cycle, by a monotonic clock (in the first cycle of a new process,
+    since the last one stored, by the wall clock; None: no stored cycle, or a caller that cannot
+    tell, as the simulator). Measured so, a run that seems far
     past Tprof while lucidd has been cycling all along (the wall clock stepped forward, or the
     requeue failed at earlier cycles) is requeued, not left. `slurm_silent_s`: of `away_s`, the
     seconds lucidd kept cycling while Slurm did not answer (a slurmctld restart or upgrade): runs

@@ -72,7 +72,8 @@ class DecisionInput:
     # original submission, s ([profiler] keep_lent_while_idle reclaims a lent run kept past its Tprof
     # once that reaches long_tprof_s); None: unknown, every busy node counts as waited for that long
     node_wait_s: dict | None = None
-    # seconds (monotonic) since lucidd's last successful cycle; None in the first cycle after a start.
+    # seconds (monotonic) since lucidd's last successful cycle; in the first cycle after a start, since
+    # the last one stored in the database (wall clock), None when there is none.
     # Whether lucidd was away is measured here, not from Slurm's times: a clock step moves those.
     away_s: float | None = None
     # of away_s, seconds lucidd kept trying every cycle while Slurm did not answer (a slurmctld restart
