@@ -321,14 +321,22 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
         if r is None or r.profile in ("requeued", "released"):
             continue  # waiting to leave: holds no GPU
         begin = getattr(j, "waits_for_begin_time", False)
-        if r.profile == "admitted" and j.pending and r.profile_start is None and (j.held or j.dependency or begin):
+        opted_out = not j.requeue or j.opted_out_of_profiling
+        if r.profile == "admitted" and j.pending and r.profile_start is None and (j.held or j.dependency or begin
+                                                                                  or opted_out):
             # held (or made to wait for other jobs or a time) by its owner or an admin after its
-            # admission: it waits for no GPU, so it would only hold profiling room (as the skip rule says)
+            # admission: it waits for no GPU, so it would only hold profiling room (as the skip rule says).
+            # Asked not to be requeued (requeue=0: the requeue at Tprof would be refused, and the run
+            # would stay in profiling to its end, ahead of every queue) or given the opt-out comment: it
+            # may not be profiled, and it has not started yet (a review)
             why = ("held by its owner or an admin" if j.held else
                    f"made to wait for other jobs ({j.dependency})" if j.dependency else
-                   "given a later begin time by its owner")
-            plan.release.append((j.job_id, f"not profiled: {why} after its admission to profiling; it waits "
-                                           "for its release in its own partition"))
+                   "given a later begin time by its owner" if begin else
+                   "asked not to be requeued (requeue=0)" if not j.requeue else
+                   "given the opt-out comment lucid:noprofile")
+            then = ("it waits for its release in its own partition" if j.held or j.dependency or begin
+                    else "it runs in its own partition")
+            plan.release.append((j.job_id, f"not profiled: {why} after its admission to profiling; {then}"))
             continue
         reason = getattr(j, "reason", "") or ""
         if r.profile == "admitted" and j.pending and r.profile_start is None and waits_for_other_than_gpus(reason):

@@ -317,6 +317,7 @@ class Reconciler:
         self._over_time_cluster_s = 0  # slurmctld's OverTimeLimit, s (None: UNLIMITED), read with PreemptType
         self._over_time_s = 0  # what applies in profiling: its partition's own, else the cluster's
         self._prof_gpus_gone_at = None  # when the profiling partition was first seen without a usable GPU
+        self._nodes_outside_inbox = ()  # nodes of ordered partitions the inbox lacks, as last warned of
         self._closed_since = {}  # partition -> since when it has not been able to start a job (_closed_partitions)
         self._profiling_closed_said = None  # why the profiling partition starts no run, as last logged
         self._empty_read_before = False  # the last snapshot listed no job while records were open
@@ -501,6 +502,7 @@ class Reconciler:
             raise BackendError(f"squeue listed no job at all while lucidd follows {len(records)}: taken for a bad "
                                "reply, the next read decides", transient=True)
         self._empty_read_before = False
+        self._warn_of_nodes_outside_inbox(snap)
         changed, new_ids = {}, set()
         # 1b. a record whose id Slurm gave to another job (slurmctld restarted without its state, or ids
         # wrapped): taken for the old job, the new one went to the old one's partition unprofiled, or kept
@@ -879,6 +881,26 @@ class Reconciler:
             self.store.set_meta(PARTITION_GPU_NODES_KEY, json.dumps(nodes, sort_keys=True))
             self._partition_gpu_nodes = nodes
         return partition_gpu_memory(nodes, self.store.gpu_nodes())
+
+    def _warn_of_nodes_outside_inbox(self, snap):
+        """Nodes of the partitions lucidd orders that the inbox does not have (a node added to `main`
+        only): job_submit.lua submits every routed job to the inbox, so Slurm checks it against the
+        inbox's nodes, and a job only such a node can run was refused at submission ("Requested node
+        configuration is not available"), where plain Slurm took it (a review). Said once per set."""
+        if not snap.nodes or self.dry_run:
+            return
+        has_inbox = any(self.inbox in n.partitions for n in snap.nodes.values())
+        outside = tuple(sorted(name for name, n in snap.nodes.items() if has_inbox and self.inbox not in n.partitions
+                               and any(self.is_managed(p) for p in n.partitions if p != self.profiling)))
+        if outside != self._nodes_outside_inbox:
+            self._nodes_outside_inbox = outside
+            if outside:
+                log.warning("slurm.conf: node(s) %s are in partitions lucidd orders but not in the inbox (%s): "
+                            "Slurm checks a routed job against the inbox's nodes at submission, so a job only "
+                            "they can run is refused there. Add them to the inbox's (and %s's) Nodes= and "
+                            "`scontrol reconfigure` (docs/deploy.md, \"Adding nodes\")",
+                            ",".join(outside[:20]) + (" ..." if len(outside) > 20 else ""), self.inbox,
+                            self.profiling)
 
     def _closed_partitions(self, snap, node_gpus: dict, free: dict, now: int, records=None) -> frozenset:
         """Partitions that have not been able to start a job for max(60 s, 3 intervals): not UP, or
@@ -1468,8 +1490,12 @@ class Reconciler:
             r = records[j.job_id]
             # how long it ran there: tprof_s, or long_tprof_s for a lent or long run
             ran = r.requeued_at - r.profile_start if r.requeued_at and r.profile_start else None
+            # a hold on a running job changes nothing in plain Slurm until the job is requeued: after
+            # lucidd's requeue it waits, held, in its partition (a review: explain said "runs in main")
+            then = (f"held by its owner or an admin, it waits in {r.target_partition} until `scontrol release "
+                    f"{j.job_id}`" if j.held else f"runs in {r.target_partition}")
             reason = (f"profiled for {ran} s and requeued" if ran is not None and ran >= 0 else
-                      "profiled and requeued") + f"; runs in {r.target_partition}"
+                      "profiled and requeued") + f"; {then}"
             # a borrowed run's ExcNodeList goes with it: its partition's nodes may be among those excluded
             clear = "" if j.excluded_nodes else None
             item = (key("release", j.job_id, records, "profiled"), j.job_id, "release",

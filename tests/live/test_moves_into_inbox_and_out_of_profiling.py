@@ -211,7 +211,9 @@ MODIFY_STUB = r'''
 slurm = {SUCCESS=0, ERROR=-1, NO_VAL=4294967294, ESLURM_ACCESS_DENIED=2002,
   log_user=function(...) end, log_info=function(...) end}
 assert(loadstring(io.open(arg[1]):read("*a")))()
-io.write(slurm_job_modify({partition=arg[3]}, {partition=arg[2]}, {}, tonumber(arg[4])), "\n")
+-- arg[5]: a requeue= change ("" none)
+local desc = {partition=arg[3], requeue=(arg[5] ~= nil and arg[5] ~= "" and tonumber(arg[5]) or 65534)}
+io.write(slurm_job_modify(desc, {partition=arg[2]}, {}, tonumber(arg[4])), "\n")
 '''
 
 
@@ -224,13 +226,21 @@ io.write(slurm_job_modify({partition=arg[3]}, {partition=arg[2]}, {}, tonumber(a
     ("main", "research", 1000, True),  # between the site's own partitions: the user's
     ("research", "inbox", 0, True),  # root (an admin; lucidd sends such a job on)
     ("profiling", "main", 0, True),  # lucidd's own release
+    # requeue=0 (version 8): refused to a user while the job is lucidd's to requeue (its run stayed
+    # in profiling, ahead of every queue: a review); elsewhere, and to an admin, allowed
+    ("profiling", "=0", 1000, False),
+    ("inbox", "=0", 1000, False),
+    ("main", "=0", 1000, True),
+    ("profiling", "=1", 1000, True),
+    ("profiling", "=0", 0, True),
 ])
 def test_lua_refuses_users_moves_into_the_inbox_and_out_of_profiling(tmp_path, now_in, to, uid, allowed):
     if shutil.which("lua5.1") is None:
         pytest.skip("lua5.1 not installed (scripts/testcluster.sh install brings it)")
     stub = tmp_path / "modify.lua"
     stub.write_text(MODIFY_STUB)
-    out = subprocess.run(["lua5.1", str(stub), LUA, now_in, to, str(uid)], capture_output=True, text=True,
+    to, requeue = ("", to[1:]) if to.startswith("=") else (to, "")  # "=0": scontrol update requeue=0
+    out = subprocess.run(["lua5.1", str(stub), LUA, now_in, to, str(uid), requeue], capture_output=True, text=True,
                          check=True).stdout
     assert (int(out) == 0) == allowed, (now_in, to, uid, out)
 
@@ -247,11 +257,14 @@ for name, state, dt in string.gmatch(arg[2], "([^,=]+)=(%d+):?(%d*)") do
   parts[name] = {state_up=tonumber(state), default_time=(dt ~= "" and tonumber(dt) or slurm.NO_VAL)}
 end
 -- arg[6]: "batch" (sbatch: a script), "interactive" (salloc, srun: none), "het1" (a het job's
--- second component: no script, het_job_offset 1, as seen on 22.05)
+-- second component: no script, het_job_offset 1, as seen on 22.05); "nodelist", "exclude",
+-- "norequeue": a batch job with -w gpu1, --exclude gpu3, --no-requeue
 local job = {partition=(arg[3] ~= "" and arg[3] or nil), immediate=tonumber(arg[4]),
              time_limit=(arg[5] ~= "" and tonumber(arg[5]) or slurm.NO_VAL),
-             script=(arg[6] == "batch" and "#!/bin/bash\nsleep 1\n" or nil),
-             het_job_offset=(arg[6] == "het1" and 1 or slurm.NO_VAL)}
+             script=((arg[6] ~= "interactive" and arg[6] ~= "het1") and "#!/bin/bash\nsleep 1\n" or nil),
+             het_job_offset=(arg[6] == "het1" and 1 or slurm.NO_VAL),
+             req_nodes=(arg[6] == "nodelist" and "gpu1" or nil), exc_nodes=(arg[6] == "exclude" and "gpu3" or nil),
+             requeue=(arg[6] == "norequeue" and 0 or 65534)}
 local rc = slurm_job_submit(job, parts, 1000)
 io.write(rc, " ", job.partition or "-", " ", job.admin_comment or "-",
          job.time_limit ~= slurm.NO_VAL and (" t=" .. job.time_limit) or "", "\n")
@@ -299,6 +312,12 @@ UP = "inbox=3,profiling=3,main=3,research=3"
     (DOWN, "profiling,research#interactive", 0, "0 research -"),
     # a het job's later component has no script either: routed, as its leader is
     (DOWN, "research#het1", 0, "0 inbox lucid:partition=research"),
+    # --nodelist, --exclude, --no-requeue (version 8): never profiled, and checked by Slurm against
+    # the partition asked for only if submitted there (through the inbox, a node outside it passed)
+    (DOWN, "research#nodelist", 0, "0 research -"),
+    (DOWN, "research#exclude", 0, "0 research -"),
+    (DOWN, "main#norequeue", 0, "0 main -"),
+    (DOWN, "#nodelist", 0, "0 main -"),
 ])
 def test_lua_routes_new_jobs_through_the_inbox_only_while_it_is_down(tmp_path, parts, asked, immediate, want):
     if shutil.which("lua5.1") is None:

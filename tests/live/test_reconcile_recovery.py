@@ -819,3 +819,31 @@ def test_a_restart_long_after_the_last_cycle_leaves_runs_far_past_tprof_to_finis
     assert lucidd().cycle().ok
     row = store.job(1)
     assert row.profile == "abandoned" and "lucidd was away" in row.profile_reason
+
+
+def test_a_run_its_owner_held_is_said_to_wait_held_after_its_requeue(cluster):
+    """`scontrol hold` on a running profiling job changes nothing until the requeue at Tprof; then the
+    job waits held in its partition. explain said "runs in main" (a review)."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    rec = lucidd()
+    start_profiling_run(rec, clock, slurm, 1)
+    slurm.jobs[1].priority = 0  # held while it runs
+    run_cycles(rec, clock, 620)
+    j = slurm.jobs[1]
+    assert j.partition == "main" and j.pending
+    (release,) = [a for a in store.actions_for(1) if a.kind == "release"]
+    assert "held by its owner or an admin" in release.reason and "scontrol release 1" in release.reason
+
+
+def test_a_node_of_an_ordered_partition_the_inbox_lacks_is_warned_of_once(cluster, caplog):
+    """A node added to `main` only: jobs routed to the inbox are checked against its nodes at
+    submission, so one only that node can run was refused where plain Slurm took it (a review)."""
+    from lucidd.backends.base import NodeGPUs
+
+    cfg, clock, slurm, store, lucidd = cluster()
+    rec = lucidd()
+    slurm.nodes["gpu5"] = NodeGPUs("gpu5", 8, 0, "IDLE", ("main",))
+    with caplog.at_level("WARNING", logger="lucidd"):
+        run_cycles(rec, clock, 30)
+    said = [r.getMessage() for r in caplog.records if "not in the inbox" in r.getMessage()]
+    assert len(said) == 1 and "gpu5" in said[0] and "gpu1" not in said[0]

@@ -523,3 +523,15 @@ def test_one_empty_squeue_reply_closes_no_record(cluster):  # noqa: F811
     assert not rec_.cycle().ok
     run_cycles(rec_, clock, 10)  # empty again: believed
     assert store.job(41).phase == "done" and store.job(41).final_state == "GONE"
+
+
+@pytest.mark.parametrize("change,why", [({"requeue": False}, "not to be requeued"),
+                                        ({"comment": "lucid:noprofile"}, "lucid:noprofile")])
+def test_a_job_its_owner_opts_out_after_its_admission_leaves_profiling_before_it_starts(decider, change, why):  # noqa: F811
+    """Admitted and still waiting in profiling, its owner set requeue=0 (lucidd's requeue at Tprof
+    would be refused: the run stayed in profiling to its end, holding the room) or the documented
+    opt-out comment (ignored: the job was profiled and requeued all the same). A review."""
+    later = lj(1, 8, partition="profiling", reason="Resources", **change)
+    records = {1: rec(later, first_seen=NOW - 30, profile="admitted", phase="profiling")}
+    plan = decider.decide(inp([], profiling=[later], records=records, profiling_gpus=16))
+    assert ids_(plan.release) == [1] and why in reasons(plan.release)[1], plan

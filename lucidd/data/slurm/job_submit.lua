@@ -21,8 +21,13 @@
 -- it asked for, not the inbox's. 7: an interactive allocation (salloc, srun outside a job) is left in
 -- the partition it asked for, as an --immediate one is: lucidd never profiles it, and in the DOWN
 -- inbox it waited for lucidd's next cycle under "srun: Partition in DOWN state", which users took
--- for an error (a review).
-local LUCIDD_LUA_VERSION = 7
+-- for an error (a review). 8: a job that names or excludes nodes (--nodelist, --exclude) or asks not
+-- to be requeued (--no-requeue) is left in its partition: lucidd never profiles it, and routed
+-- through the inbox (which holds every node) one Slurm would refuse at submission ("Requested node
+-- configuration is not available") was accepted and then pended for ever (a review); users may not
+-- turn requeueing off on a job in the inbox or in profiling (its run then stayed in profiling, ahead
+-- of every queue, holding the room new jobs wait for: a review).
+local LUCIDD_LUA_VERSION = 8
 
 -- GPU packing (docs/deploy.md, "GPU packing"): true turns every plain 1-GPU request into 2 shards
 -- of one GPU (a GPU of its own, as before), which lucidd may lower to 1 shard (it may then share
@@ -164,6 +169,15 @@ local function interactive(job_desc)
   return unset(job_desc.script) and not set(job_desc.het_job_offset)
 end
 
+-- Jobs lucidd never profiles, whose checks at submission Slurm makes against the partition a job is
+-- submitted to: --nodelist and --exclude (checked against the inbox, which holds every node, a node
+-- outside the asked-for partition passed, and the job pended there for ever with BadConstraints),
+-- and --no-requeue (Slurm could not restart it after profiling). Left in their partition, as plain
+-- Slurm takes them; lucidd orders them there.
+local function never_profiled(job_desc)
+  return not unset(job_desc.req_nodes) or not unset(job_desc.exc_nodes) or job_desc.requeue == 0
+end
+
 -- The first name of a partition list that Slurm would refuse: no such partition, or one the user may
 -- not use (part_list holds those the user may; names are case-sensitive, as Slurm's are). Routed into
 -- the inbox, such a job was accepted and then waited there for ever, its move refused.
@@ -203,7 +217,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     if rc ~= slurm.SUCCESS then return rc end
   end
   local asked = job_desc.partition
-  if not routing(part_list) or immediate(job_desc) or interactive(job_desc) then
+  if not routing(part_list) or immediate(job_desc) or interactive(job_desc) or never_profiled(job_desc) then
     -- left to Slurm, in the partition it asked for; one that asked for none (or only lucidd's) goes
     -- to the partition lucidd would release it to, not to the default one (the inbox)
     local own = without_lucidds(asked)
@@ -261,6 +275,14 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
                      or (set(job_desc.max_nodes) and job_desc.max_nodes > 1)
   if holds_shards and more_nodes and not LUCIDD_UIDS[modify_uid] then
     slurm.log_info("lucidd job_submit.lua: refused a user's node count change (a job of GPU shards)")
+    return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
+  end
+  -- `scontrol update jobid=N requeue=0` by its owner while lucidd profiles it: lucidd's requeue at
+  -- Tprof is refused, and the run stays in profiling to its end, ahead of every queue and holding
+  -- the room new jobs wait for (a review); submitted with --no-requeue, a job is never profiled
+  if job_desc.requeue == 0 and not LUCIDD_UIDS[modify_uid]
+     and (job_rec.partition == INBOX or job_rec.partition == PROFILING) then
+    slurm.log_info("lucidd job_submit.lua: refused a user's requeue=0 on a job in '%s'", job_rec.partition)
     return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
   end
   if LUCIDD_UIDS[modify_uid] or unset(job_desc.partition) then
