@@ -636,6 +636,18 @@ def test_job_submit_lua_routes_through_the_inbox_only_while_it_is_down(clean_clu
     assert out.returncode == 0, out
     out = as_nobody("sbatch", "-p", "main,nosuch", "--wrap", "true")
     assert out.returncode != 0 and "invalid partition specified: 'nosuch'" in out.stderr, out
+    # --nodelist (version 8): left in its partition, so Slurm checks the node against it, as plain
+    # Slurm does (through the inbox, which holds every node, gpu1 passed and the job pended for ever)
+    out = as_nobody("sbatch", "-p", "research", "-w", "gpu1", "--gres=gpu:1", "--wrap", "true")
+    assert out.returncode != 0 and "Requested node configuration is not available" in out.stderr, out
+    r = as_nobody("sbatch", "--parsable", "-p", "research", "-w", "gpu3", "--gres=gpu:1", "--begin=now+3600",
+                  "-o", "/dev/null", "--wrap", "true")
+    assert r.returncode == 0, r.stderr
+    job = int(r.stdout.strip().split(";")[0])
+    try:
+        assert [j["partition"] for j in squeue() if j["job_id"] == job] == ["research"]
+    finally:
+        sh("scancel", str(job), check=False)
     sh("scontrol", "update", "partitionname=inbox", "state=UP")  # as lucidd's stop and fail-open leave it
     jobs = []
     try:
@@ -692,6 +704,11 @@ def test_job_submit_lua_keeps_users_out_of_the_inbox_exits_and_out_of_profiling(
         out = as_nobody("scontrol", "update", f"jobid={job}", "partition=research")
         assert out.returncode != 0 and "Access/permission denied" in out.stderr, out
         assert [j["partition"] for j in squeue() if j["job_id"] == job] == ["profiling"]
+        # nor turn its requeue off (version 8): lucidd's requeue at Tprof would be refused, and the run
+        # would stay in profiling, ahead of every queue (a review)
+        out = as_nobody("scontrol", "update", f"jobid={job}", "requeue=0")
+        assert out.returncode != 0 and "Access/permission denied" in out.stderr, out
+        assert [j["requeue"] for j in squeue() if j["job_id"] == job] == [True]
     finally:
         sh("scancel", str(job), check=False)
     # the user the shipped unit runs lucidd as (`slurm`, job_submit.lua's LUCIDD_USERS) moves jobs out
