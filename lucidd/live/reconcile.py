@@ -421,8 +421,9 @@ class Reconciler:
             self._longest_try_gap = max(self._longest_try_gap, mono - self._last_try_mono)
         self._last_try_mono = mono
         # lucidd was here all along, asking every cycle, and only Slurm was silent (not a stopped,
-        # killed or frozen lucidd, nor one that paused for its database: those leave a longer gap)
-        silent_s = (away_s if away_s is not None and self._slurm_failed
+        # killed or frozen lucidd, nor one that paused for its database: those leave a longer gap;
+        # nor a new process, whose absence before its start no gap of its own measures)
+        silent_s = (away_s if self._last_ok_mono is not None and self._slurm_failed
                     and self._longest_try_gap <= max(60.0, 3 * self.cfg.daemon.interval_s) else None)
         try:
             snap = self.backend.snapshot()

@@ -847,3 +847,26 @@ def test_a_node_of_an_ordered_partition_the_inbox_lacks_is_warned_of_once(cluste
         run_cycles(rec, clock, 30)
     said = [r.getMessage() for r in caplog.records if "not in the inbox" in r.getMessage()]
     assert len(said) == 1 and "gpu5" in said[0] and "gpu1" not in said[0]
+
+
+def test_a_lucidd_started_during_a_slurm_outage_after_a_long_absence_was_away(cluster):
+    """The Slurm-outage rule covers only an outage this process cycled through: a lucidd stopped
+    for 30 minutes and started while slurmctld was down had its absence counted as Slurm's."""
+    cfg, clock, slurm, store, lucidd = cluster(skip_when_free=False, lend_idle_gpus=False)
+    rec = lucidd()
+    start_profiling_run(rec, clock, slurm, 1)
+    run_cycles(rec, clock, 500)
+    clock.t += 1800  # stopped
+    rec2 = lucidd()
+    snapshot = slurm.snapshot
+
+    def down():
+        raise BackendError("squeue: error: Unable to contact slurm controller (connect failure)")
+    slurm.snapshot = down
+    for _ in range(3):
+        clock.t += 10
+        assert not rec2.cycle().ok
+    slurm.snapshot = snapshot
+    run_cycles(rec2, clock, 10)
+    row = store.job(1)
+    assert row.profile == "abandoned" and "lucidd was away" in row.profile_reason, row.profile_reason
