@@ -267,8 +267,9 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     may get (long_tprof_s, or Tprof), which costs them no more than a long run's requeue does;
     after a longer one they are left to finish there. Inbox: jobs that may be profiled go to
     profiling least-GPUs-first while the GPUs held by profiling jobs (running or admitted, requeued
-    ones excluded) stay within the capacity, strictly in that order; the rest wait for the next cycle, unless they waited more than `room_wait_s` (default 2 x Tprof; then,
-    and when a skip rule applies, they go to their partition unprofiled).
+    ones excluded) stay within the capacity, strictly in that order; the rest wait for the next
+    cycle, unless they waited more than `room_wait_s` (default 2 x Tprof; then, and when a skip
+    rule applies, they go to their partition unprofiled).
 
     `queued` (partition -> jobs pending there), when given, switches profiling off for a job whose
     partition has nobody waiting: it would start at once, and profiling could only delay it (the
