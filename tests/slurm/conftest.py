@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -180,6 +181,14 @@ class Lucidd:
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def started(self, timeout=60) -> "Lucidd":
+        """Wait until lucidd has started (its database made) or exited. A test that reads the
+        database right after the start needs it: since job_submit.lua 8, `-w` jobs skip the inbox and
+        start at once, so a test that waited for such jobs no longer gave lucidd the time."""
+        wait_until(lambda: re.search(r"lucidd \S+ started", self.text()) or self.proc.poll() is not None, timeout,
+                   "lucidd to start")
+        return self
 
 
 @pytest.fixture

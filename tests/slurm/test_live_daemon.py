@@ -74,7 +74,8 @@ def test_profiling_route_skips_and_history(clean_cluster, tmp_path, job_script, 
     rows = store.jobs(ids)
     assert rows[long_main].profile == "released" and rows[long_main].requeued_at
     assert rows[short[0]].profile == "finished" and "never reached" in rows[short[0]].profile_reason
-    assert "no-requeue" in rows[no_requeue].profile_reason
+    # --no-requeue: job_submit.lua (version 8) leaves it in main, where lucidd first sees it
+    assert rows[no_requeue].profile_reason == "first seen in partition main", rows[no_requeue].profile_reason
     assert "Nprof" in rows[big].profile_reason
     assert "lucid:noprofile" in rows[opted_out].profile_reason
     # each action once: profile/requeue/release keys are unique and applied
@@ -271,7 +272,7 @@ def test_a_job_admitted_to_profiling_that_cannot_start_there_goes_to_its_partiti
     """Every GPU is held by unprofiled jobs, so a job admitted to profiling waits there; past 2 x
     Tprof lucidd moves it to its partition unprofiled, where it runs once (no profiling restart)."""
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
-    daemon = lucidd_factory(cfg).start()
+    daemon = lucidd_factory(cfg).start().started()
     nodes = [f"gpu{i}" for i in range(1, 5)]  # the test cluster's 4 nodes x 8 GPUs (scripts/testcluster.sh)
     # 60 s: they must outlast the withdrawal at 2 x Tprof after lucidd first sees the job (~17 s)
     # by a margin a loaded machine cannot eat, or the job starts in profiling after all

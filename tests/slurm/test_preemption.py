@@ -42,7 +42,7 @@ def partition_prio(clean_cluster):
 def test_lucidd_profiles_nobody_while_a_profiling_run_would_preempt(partition_prio, tmp_path, job_script,
                                                                    lucidd_factory):
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
-    daemon = lucidd_factory(cfg).start()
+    daemon = lucidd_factory(cfg).start().started()
     nodes = [f"gpu{i}" for i in range(1, 5)]  # the test cluster's 4 nodes x 8 GPUs (scripts/testcluster.sh)
     blockers = [sbatch(job_script, 40, "-w", n, "--gres=gpu:8", "--comment", "lucid:noprofile", name=f"block-{n}")
                 for n in nodes]
