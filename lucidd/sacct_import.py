@@ -175,10 +175,6 @@ class ImportReport:
 
 # ----- small readers, tolerant of 22.05's plain values and newer Slurm's {"set", "number"} ----------
 
-def _state(rec) -> str:
-    return sacct_state(rec.get("state"))  # newer Slurm: a list of flags (a requeue reads as REQUEUED)
-
-
 def _tres_count(items, kind: str) -> int:
     for item in items or []:
         if isinstance(item, dict) and item.get("type") == kind:
@@ -245,7 +241,7 @@ def _read_run(rec: dict, order: int) -> _Run:
     assoc = rec.get("association") or {}
     return _Run(key=(str(rec.get("cluster") or ""), job_id), display_id=display,
                 submit=json_time(t.get("submission")), start=json_time(t.get("start")), end=json_time(t.get("end")),
-                state=_state(rec), partition=str(rec.get("partition") or ""), gpus=gpus, cpus=cpus,
+                state=sacct_state(rec.get("state")), partition=str(rec.get("partition") or ""), gpus=gpus, cpus=cpus,
                 user=str(rec.get("user") or assoc.get("user") or ""), name=str(rec.get("name") or ""),
                 account=str(rec.get("account") or ""), admin_comment=str(admin or ""), order=order,
                 limit_s=_limit_s(t.get("limit")), nodes=str(rec.get("nodes") or ""),
@@ -489,9 +485,9 @@ def _nodes_of_sinfo_groups(groups: list) -> list[dict]:
     for g in groups:
         if not isinstance(g, dict):
             continue
-        names = (g.get("nodes") or {}).get("nodes") if isinstance(g.get("nodes"), dict) else None
-        part = (g.get("partition") or {}).get("name") if isinstance(g.get("partition"), dict) else None
-        gres = (g.get("gres") or {}).get("total") if isinstance(g.get("gres"), dict) else None
+        names = g["nodes"].get("nodes") if isinstance(g.get("nodes"), dict) else None
+        part = g["partition"].get("name") if isinstance(g.get("partition"), dict) else None
+        gres = g["gres"].get("total") if isinstance(g.get("gres"), dict) else None
         for name in names if isinstance(names, list) else ():
             if not isinstance(name, str) or not name:
                 continue

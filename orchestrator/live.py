@@ -32,7 +32,7 @@ import pandas as pd
 from lucidd.backends.base import next_rank, partition_names, waits_for_other_than_gpus
 from lucidd.jobs import Job, within_limit
 from lucidd.live.reconcile import (NOT_ESTIMATED, PARTITION_GPU_NODES_KEY, Decider, DecisionInput, Plan,
-                                   estimate_explanation, packing_explanation, partition_gpu_memory)
+                                   estimate_explanation, grace_s, packing_explanation, partition_gpu_memory)
 from profiler.lgf import LeastGPUFirst
 
 from .policy import LucidConfig, LucidPolicy, _size
@@ -306,7 +306,7 @@ def plan_profiling(p, interval_s: float, now: int, inbox, profiling, records, pr
     capacity = capacity or (lambda queue_len: profiling_capacity(p, profiling_gpus, queue_len))
     tprof = p.tprof_s
     # Tprof: requeue; a job that ran far past it while lucidd was away finishes where it is.
-    grace = max(60.0, 3 * interval_s)
+    grace = grace_s(interval_s)
     room_wait = profiling_room_wait(p)
     room_text = (f"room_wait_s {room_wait} s" if getattr(p, "room_wait_s", 0) else
                  "2 x Tprof" if room_wait == 2 * tprof else f"2 x long_tprof_s, {room_wait} s")
@@ -884,7 +884,7 @@ class LucidDecider(Decider):
         one would otherwise be lowered and raised again at alternate cycles."""
         from binder.live import partitions_wanting_gpus, shard_decision, with_gpu_memory
 
-        hold = max(60.0, 3 * self.cfg.daemon.interval_s)
+        hold = grace_s(self.cfg.daemon.interval_s)
         for part, jid in partitions_wanting_gpus(inp.waiting).items():
             self._wanted_at[part] = (inp.now, jid)
         for part in [p for p, (t, _) in self._wanted_at.items() if inp.now - t > hold]:

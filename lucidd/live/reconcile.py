@@ -240,6 +240,13 @@ def _not_answering(node) -> bool:
 
 # requeues wait until slurmctld has been up this long (twice slurmstepd's 15 s retry of a job's
 # completion message, and a margin): see Reconciler._controller_settling
+def grace_s(interval_s: float) -> float:
+    """How long lucidd waits before it takes something it sees for lasting: max(60 s, 3 cycles).
+    A run this far past its Tprof was left while lucidd was away; a partition that could not start
+    a job this long is closed; a restart seen within it is one lucidd can still requeue."""
+    return max(60.0, 3 * interval_s)
+
+
 CONTROLLER_SETTLE_S = 45
 REQUEUE_COMPLETING_WAIT_S = 10  # open_inbox waits this long for requeues still completing
 SHARDS_RETRY_S = 600  # a shard change Slurm refused is asked again after this long, not every cycle
@@ -424,7 +431,7 @@ class Reconciler:
         # killed or frozen lucidd, nor one that paused for its database: those leave a longer gap;
         # nor a new process, whose absence before its start no gap of its own measures)
         silent_s = (away_s if self._last_ok_mono is not None and self._slurm_failed
-                    and self._longest_try_gap <= max(60.0, 3 * self.cfg.daemon.interval_s) else None)
+                    and self._longest_try_gap <= grace_s(self.cfg.daemon.interval_s) else None)
         try:
             snap = self.backend.snapshot()
             row.jobs = len(snap.jobs)
@@ -587,7 +594,7 @@ class Reconciler:
                 # requeued by whoever admitted it, who releases it too; it is released here only if
                 # that does not come (the other scheduler stopped): a job is never left in profiling,
                 # and a restart there is not requeued a second time
-                if not (j.pending and now - (j.submit_time or now) > max(60.0, 3 * self.cfg.daemon.interval_s)):
+                if not (j.pending and now - (j.submit_time or now) > grace_s(self.cfg.daemon.interval_s)):
                     continue
             if r.profile == "requeued" or (j.pending and j.restart_count > r.restarts):
                 if r.profile != "requeued":  # requeued, but lucidd died before recording it
@@ -597,7 +604,7 @@ class Reconciler:
                     if not self._backing_off(jid, now):
                         releasing.append(j)
                 elif (j.state == "RUNNING" and j.restart_count > r.restarts and j.reason != "Prolog"
-                      and j.start_time and now - j.start_time <= max(60.0, 3 * self.cfg.daemon.interval_s)
+                      and j.start_time and now - j.start_time <= grace_s(self.cfg.daemon.interval_s)
                       and not self.dry_run and not self._controller_settling()):
                     # (only a restart seen within its first minute: one that began while lucidd was away
                     # has run on, and is left to finish, as other runs lucidd was away for)
@@ -914,7 +921,7 @@ class Reconciler:
                        | {x for x, part in (snap.partitions or {}).items() if not part.up})
                       - {self.inbox, self.profiling})
         self._closed_since = {x: self._closed_since.get(x, now) for x in closed_now}
-        hold = max(60.0, 3 * self.cfg.daemon.interval_s)
+        hold = grace_s(self.cfg.daemon.interval_s)
         gone = set()
         if snap.partitions and records:
             gone = {x for r in records.values() if r.phase == "profiling"
