@@ -304,11 +304,14 @@ class NodeGpus:
     problem: str = ""  # why a figure is missing
 
 
-def describe_gpus(nvml) -> NodeGpus:
+def describe_gpus(nvml, known: dict | None = None, skip=()) -> NodeGpus:
     """The node's GPU count, smallest memory, models and driver. A GPU whose memory cannot be read
     leaves the smallest unknown (None) rather than ignored: GPU packing must not take a larger GPU's
-    memory for a smaller one's."""
+    memory for a smaller one's. `known` (GPU index -> (MiB, model)), kept by the caller between
+    calls, gives a GPU read once and unreadable now (lost) the figures it had; `skip`: GPUs not to
+    ask now (lost: each call on one can wait for the driver's timeout)."""
     errs = nvml_errors(nvml)
+    known = known if known is not None else {}
     out = NodeGpus()
     try:
         out.driver = _text(nvml.nvmlSystemGetDriverVersion())
@@ -318,16 +321,21 @@ def describe_gpus(nvml) -> NodeGpus:
         return out
     sizes, names = [], []
     for i in range(out.count):
-        try:
-            h = nvml.nvmlDeviceGetHandleByIndex(i)
-            sizes.append(nvml.nvmlDeviceGetMemoryInfo(h).total / MIB)
-            name = _text(nvml.nvmlDeviceGetName(h))
-            if name not in names:
-                names.append(name)
-        except errs as exc:
-            out.problem = f"GPU {i}: cannot read its memory or model: {exc}"
+        if i not in skip:
+            try:
+                h = nvml.nvmlDeviceGetHandleByIndex(i)
+                known[i] = (nvml.nvmlDeviceGetMemoryInfo(h).total / MIB, _text(nvml.nvmlDeviceGetName(h)))
+            except errs as exc:
+                out.problem = f"GPU {i}: cannot read its memory or model: {exc}"
+        elif i not in known:
+            out.problem = f"GPU {i}: cannot read its memory or model: left alone (lost)"
+        if i not in known:
             sizes = None
             break
+        mib, name = known[i]
+        sizes.append(mib)
+        if name not in names:
+            names.append(name)
     if sizes:
         out.gpu_memory_mib = round(min(sizes), 1)
     out.name = " + ".join(names)
@@ -346,7 +354,8 @@ class Sampler:
         self.errors: dict[str, int] = {}
         self.lost: dict[int, int] = {}  # lost GPU -> readings it is still left out of
         self.started = False
-        self.gpus = NodeGpus()  # what the node's GPUs are, read at start()
+        self.gpus = NodeGpus()  # what the node's GPUs are, read at start() and at each heartbeat
+        self.gpu_figures: dict[int, tuple] = {}  # GPU index -> (MiB, model), as last read
 
     def start(self) -> None:
         try:
@@ -359,7 +368,7 @@ class Sampler:
         if problem:
             self.stop()
             raise SamplerError(f"NVML cannot be used on {self.node}: {problem}")
-        self.gpus = describe_gpus(self.nvml)
+        self.gpus = describe_gpus(self.nvml, self.gpu_figures)
         if self.gpus.count is not None:
             log.info("NVML on %s: driver %s, %d GPU(s)%s", self.node, self.gpus.driver or "?", self.gpus.count,
                      f", the smallest {self.gpus.gpu_memory_mib:,.0f} MiB" if self.gpus.gpu_memory_mib else "")
@@ -369,6 +378,15 @@ class Sampler:
             log.warning("lucidd-sampler runs in a PID namespace of its own: NVML gives host PIDs, which name other "
                         "processes (or none) in %s, so jobs are not found or are mistaken; run it on the host "
                         "(or with the host's PID namespace)", self.proc_dir)
+
+    def describe(self) -> NodeGpus:
+        """The node's GPUs read again (a GPU lost at start and reset since, a driver that could not
+        count them): a lost GPU is not asked, and keeps the figures it was last read with."""
+        before = self.gpus
+        self.gpus = describe_gpus(self.nvml, self.gpu_figures, skip={i for i, n in self.lost.items() if n > 0})
+        if self.gpus.problem and self.gpus.problem != before.problem:
+            log.warning("NVML on %s: %s", self.node, self.gpus.problem)
+        return self.gpus
 
     def stop(self) -> None:
         if self.started:
@@ -446,10 +464,12 @@ class Sampler:
         self.dirty = set()
         return out
 
-    def forget_before(self, t: int) -> None:
+    def forget_before(self, t: int, keep=()) -> None:
         """Drop the figures of runs not seen since `t`: they ended. Call it after take_changes(),
-        whose list (to be written) keeps its own references."""
-        for key in [k for k, p in self.profiles.items() if p.last_t < t and k not in self.dirty]:
+        whose list (to be written) keeps its own references; `keep`: keys of runs not yet written
+        (a failed write), kept so that a run seen again adds to the same figures."""
+        keep = set(keep)
+        for key in [k for k, p in self.profiles.items() if p.last_t < t and k not in self.dirty and k not in keep]:
             del self.profiles[key]
 
 

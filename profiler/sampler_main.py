@@ -58,8 +58,11 @@ class SamplerService:
 
         changed = {(p.job_id, p.partition): p for p in self.unsaved}
         changed.update({(p.job_id, p.partition): p for p in self.sampler.take_changes()})
-        # what was written and has not been seen for a while has ended: free its memory
-        self.sampler.forget_before(int(now - 3 * max(self.cfg.sampler.flush_s, self.cfg.sampler.interval_s)))
+        # what was written and has not been seen for a while has ended: free its memory. Not what a
+        # failed write left: a run that came back would start afresh in memory, and its new figures
+        # would replace the unwritten ones (a 20 GiB peak lost to a 2 GiB one while the database was away)
+        self.sampler.forget_before(int(now - 3 * max(self.cfg.sampler.flush_s, self.cfg.sampler.interval_s)),
+                                   keep=changed.keys())
         if not changed:
             return True
         try:
@@ -78,7 +81,7 @@ class SamplerService:
         `[packing] gpu_memory_mib = 0` takes its partitions' smallest GPU from it."""
         from lucidd.live.store import StoreError
 
-        g = self.sampler.gpus
+        g = self.sampler.describe()
         try:
             self._create_tables()
             self.store.save_gpu_node(self.sampler.node, int(now), g.count or 0, g.gpu_memory_mib, g.name, g.driver)
