@@ -299,7 +299,9 @@ class PackingModel:
             nested_hits = np.zeros(len(y), dtype=bool)
             nested_alphas = []
             for i, (tr, te) in enumerate(outer.split(X, y) if self.nested_cv else []):
-                if len(np.unique(y[tr])) < 2:
+                if len(np.unique(y[tr])) < 2 or np.bincount(y[tr]).max() < 2:
+                    # one class, or one example of each (2 Tiny + 2 Jumbo splits so): no stratified
+                    # fold to choose an alpha on (StratifiedKFold raises), so the outer choice stands
                     a_in = alpha
                 else:
                     a_in, _, _ = self._choose_alpha(X[tr], y[tr], seed_offset=i + 1)
