@@ -112,6 +112,8 @@ def _jsonable(obj: Any) -> Any:
 #: How far the clock may seem to step back (seconds) before a refit logged "in the future" is
 #: taken as a clock that was wrong, and the refit counts as due.
 CLOCK_BACK_SLACK_S = 600
+#: While no model file of a kind loads, a refit is due at most this often (or retry_s, if shorter).
+UNUSABLE_REFIT_GAP_S = 3600
 
 
 @dataclass
@@ -796,6 +798,13 @@ class UpdateEngine:
                 return f"retry: last attempt at {last['time']} was {decision} ({elapsed} s >= retry_s={cfg.retry_s})"
         elif elapsed >= cfg.refit_every_s:
             return f"scheduled: {elapsed} s since the last refit attempt >= refit_every_s={cfg.refit_every_s}"
+        elif elapsed >= min(cfg.retry_s, UNUSABLE_REFIT_GAP_S) and self.current(kind) is None and self.store.versions(kind):
+            # Model files are there but none loads (truncated on disk, or pickles the installed
+            # sklearn/InterpretML cannot read after an upgrade): the estimates fell back to the rule
+            # of means, and stayed there until the next scheduled refit, up to refit_every_s later,
+            # although the history to refit from was at hand (a review)
+            return (f"unusable: no {kind} model file in {self.store.root} loads "
+                    f"({len(self.store.versions(kind))} on disk); refit now rather than at the scheduled time")
         drift = self._last_drift.get(kind)
         if (
             cfg.drift_triggers_refit
