@@ -243,13 +243,14 @@ class Daemon:
         import shutil
         import tempfile
 
-        from .live.store import SCHEMA_VERSION, ReadOnlyStore, Store
+        from .live.store import OLDEST_READABLE_SCHEMA, SCHEMA_VERSION, ReadOnlyStore, Store
 
         base = self.store
         found = self.store.refuse_newer_schema()  # StoreError (unreachable): cannot start
-        if found is None or found < 2:
-            # none yet, or schema 1 (before 25 November 2026), which this version's reads cannot use
-            # until its own start upgrades it: the check that docs/deploy.md's upgrade step 1 runs
+        if found is None or found < OLDEST_READABLE_SCHEMA:
+            # none yet, or an older schema (1-4: no jobs.lent before 25 November 2026, no
+            # jobs.time_limit_s before 28 November), which this version's reads cannot use until its
+            # own start upgrades it: the check that docs/deploy.md's upgrade step 1 runs
             tmp = tempfile.mkdtemp(prefix="lucidd-check-")
             atexit.register(shutil.rmtree, tmp, True)
             base = Store(f"sqlite:///{tmp}/check.db").create()

@@ -132,3 +132,25 @@ def test_the_check_refuses_a_database_a_newer_lucidd_wrote(tmp_path):
     store.set_meta("schema_version", str(SCHEMA_VERSION + 1))
     with pytest.raises(SchemaTooNew, match="newer lucidd"):
         _daemon(tmp_path, slurm, clock, check=True).start()
+
+
+@pytest.mark.parametrize("schema", [2, 3, 4])
+def test_the_upgrade_check_reads_a_schema_2_to_4_database_as_a_first_start(tmp_path, caplog, schema):
+    """docs/deploy.md, Upgrading, step 1 from a lucidd of 25-28 November 2026 (schema 2-4, no
+    jobs.time_limit_s): `--once --dry-run` read the database with schema 5's columns and said
+    "database unavailable ... no such column: jobs.time_limit_s" (seen on a real test cluster with
+    the schema-4 lucidd's own database)."""
+    import logging
+
+    clock, slurm, store = _database_with_a_job(tmp_path)
+    with store.engine.begin() as c:
+        c.exec_driver_sql("ALTER TABLE jobs DROP COLUMN time_limit_s")
+    store.set_meta("schema_version", str(schema))
+    check = _daemon(tmp_path, slurm, clock, check=True)
+    with caplog.at_level(logging.INFO):
+        check.start()
+        clock.t += 10
+        assert check.run_once()
+    assert "database unavailable" not in caplog.text
+    assert f"has schema {schema}, which this lucidd upgrades" in caplog.text
+    assert store.schema_version() == schema  # a check writes nothing
