@@ -320,6 +320,8 @@ class Reconciler:
         self._partition_gpu_nodes = None  # what PARTITION_GPU_NODES_KEY was last written with
         self._profiles_on = frozenset()  # the profiling partition's nodes, as of this cycle
         self._preempt_type = None  # slurmctld's PreemptType (None: not read, or could not be)
+        self._priority_type = None  # slurmctld's PriorityType, read with PreemptType (None: not read)
+        self._priority_judged = None  # the PriorityType the stored warnings were last made to agree with
         self._preempt_read = None  # monotonic time of its last read
         self._over_time_cluster_s = 0  # slurmctld's OverTimeLimit, s (None: UNLIMITED), read with PreemptType
         self._over_time_s = 0  # what applies in profiling: its partition's own, else the cluster's
@@ -822,6 +824,7 @@ class Reconciler:
             try:
                 config = self.backend.controller_config()
                 self._preempt_type = config.get("PreemptType", self._preempt_type)
+                self._priority_type = config.get("PriorityType", self._priority_type)
                 if "OverTimeLimit" in config:
                     self._over_time_cluster_s = over_time_limit_s(config["OverTimeLimit"])
                 self._preempt_read = mono
@@ -832,6 +835,31 @@ class Reconciler:
         prof = snap.partitions.get(self.profiling)
         own = (prof.over_time or "").strip().upper() if prof is not None else ""
         self._over_time_s = self._over_time_cluster_s if own in ("", "NONE") else over_time_limit_s(own)
+        self._priority_type_warning()
+
+    def _priority_type_warning(self) -> None:
+        """PriorityType as last read, judged again while lucidd runs: slurmctld restarted with
+        priority/basic ignores every SiteFactor, and the check at lucidd's start had said nothing (a
+        review on a test cluster: basic for minutes, jobs started in submission order, `lucidctl
+        status` without a warning, lucidd still writing SiteFactors). Said in the log and in
+        `lucidctl status` (slurm_warnings) when the finding changes, as the start's check says it."""
+        from .slurm_settings import priority_type_warning
+
+        if self._priority_type is None or self._priority_type == self._priority_judged:
+            return  # (the database is read only when the setting changes, not every cycle)
+        self._priority_judged = self._priority_type
+        text = priority_type_warning(self._priority_type, self.cfg.ordering.enabled)
+        stored = json.loads(self.store.get_meta("slurm_warnings") or "null")
+        had = [w for w in stored or () if str(w).startswith("PriorityType=")]
+        if had == ([text] if text else []):
+            return
+        lines = [w for w in stored or () if not str(w).startswith("PriorityType=")] + ([text] if text else [])
+        self.store.set_meta("slurm_warnings", json.dumps(lines))
+        if text:
+            log.error("slurm.conf: %s", text)
+        else:
+            log.warning("slurm.conf: PriorityType=%s: Slurm adds SiteFactor again, lucidd's order holds",
+                        self._priority_type)
 
     def _profiling_preempts(self, snap) -> list:
         """The partitions whose running jobs Slurm would preempt to start a profiling run

@@ -50,6 +50,15 @@ def _duration_text(seconds: int) -> str:
     return f"{d} {rest / 3600:g} h" if days and rest else d if days else f"{seconds / 3600:g} h"
 
 
+def priority_type_warning(priority: str, ordering_enabled: bool) -> str | None:
+    """The warning for a PriorityType under which Slurm ignores SiteFactor (None: none, or not read).
+    Its text starts with "PriorityType=": how a stored warning is found again."""
+    if ordering_enabled and priority and priority != "priority/multifactor":
+        return (f"PriorityType={priority}: Slurm ignores SiteFactor, so lucidd's order has no effect; set "
+                "PriorityType=priority/multifactor (docs/deploy.md, slurm.conf) or [ordering] enabled = false")
+    return None
+
+
 def slurm_settings_warnings(config: dict, max_times: dict, ordered: set, ordering_enabled: bool,
                             interval_s: float | None = None) -> list[str]:
     """Warnings, one line each, for the settings above.
@@ -61,10 +70,9 @@ def slurm_settings_warnings(config: dict, max_times: dict, ordered: set, orderin
     out = []
     if not config:
         return out
-    priority = config.get("PriorityType", "")
-    if ordering_enabled and priority and priority != "priority/multifactor":
-        out.append(f"PriorityType={priority}: Slurm ignores SiteFactor, so lucidd's order has no effect; set "
-                   "PriorityType=priority/multifactor (docs/deploy.md, slurm.conf) or [ordering] enabled = false")
+    priority = priority_type_warning(config.get("PriorityType", ""), ordering_enabled)
+    if priority:
+        out.append(priority)
     # with ordering off lucidd orders nothing and has no starvation guard: the window is Slurm's affair
     if ordering_enabled and config.get("SchedulerType", "") == "sched/backfill":
         window = bf_window_s(config.get("SchedulerParameters", ""))
