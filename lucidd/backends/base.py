@@ -126,6 +126,7 @@ class LiveJob:
     # string left: a call on that id (a move, a requeue) reaches every task of the array (seen on 22.05)
     array_job_id: int = 0
     priority: int = 1  # 0: held (by its user or an admin)
+    nice: int = 0  # sbatch --nice / scontrol update nice=: subtracted from the priority Slurm computes
     dependency: str = ""  # sbatch --dependency, as Slurm reports it ("" when none is left)
     reservation: str = ""  # sbatch --reservation ("" when none)
     required_nodes: str = ""  # sbatch --nodelist, as Slurm reports it

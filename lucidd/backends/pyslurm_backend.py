@@ -63,7 +63,7 @@ class PySlurmBackend(SlurmBackend):  # pragma: no cover - needs a pyslurm that m
                 start_time=d.get("start_time") or None, time_limit_s=(d["time_limit"] * 60) if d.get("time_limit") else None,
                 restart_count=int(d.get("requeue_count") or 0), requeue=bool(d.get("is_requeueable", True)),
                 comment=d.get("comment") or "", admin_comment=d.get("admin_comment") or "",
-                priority=int(d.get("priority") or 0), reservation=str(d.get("reservation") or ""),
+                priority=int(d.get("priority") or 0), nice=int(d.get("nice") or 0), reservation=str(d.get("reservation") or ""),
                 required_nodes=d.get("required_nodes") or "", excluded_nodes=d.get("excluded_nodes") or "",
                 node_names=tuple(n for n in str(d.get("nodes") or "").split(",") if n and "[" not in n),
                 batch=bool(d.get("is_batch", d.get("batch_flag", True))), deadline=int(d.get("deadline") or 0) or None))

@@ -281,6 +281,7 @@ def parse_job(rec: dict) -> LiveJob:
         array_pending=bool(array_str),  # only a not yet split array record has a task string ('1-9', '1,3,5')
         array_job_id=json_int(rec.get("array_job_id"), 0) or 0,
         priority=json_int(rec.get("priority"), 1),
+        nice=json_int(rec.get("nice"), 0) or 0,  # (null when unset)
         dependency=rec.get("dependency") or "",
         reservation=str(rec.get("resv_name") or ""),
         required_nodes=rec.get("required_nodes") or "",

@@ -290,6 +290,10 @@ def _without_never_start(reason: str) -> str:
     return reason[:reason.index(_NEVER_START_NOTE)] if _NEVER_START_NOTE in reason else reason
 
 
+#: how the order reason of a job pinned by hand begins (Reconciler._note_pinned_priorities)
+PINNED_NOTE = "pinned by hand"
+
+
 class Reconciler:
     def __init__(self, config, backend: Backend, store: Store, decider: Decider, dry_run: bool = False,
                  clock=time.time, monotonic=time.monotonic):
@@ -322,6 +326,9 @@ class Reconciler:
         self._preempt_type = None  # slurmctld's PreemptType (None: not read, or could not be)
         self._priority_type = None  # slurmctld's PriorityType, read with PreemptType (None: not read)
         self._priority_judged = None  # the PriorityType the stored warnings were last made to agree with
+        # pending jobs whose Slurm priority is below lucidd's SiteFactor (pinned by hand) -> None while the
+        # one rewrite of the SiteFactor is being judged, then the order reason the note replaced
+        self._pinned: dict = {}
         self._preempt_read = None  # monotonic time of its last read
         self._over_time_cluster_s = 0  # slurmctld's OverTimeLimit, s (None: UNLIMITED), read with PreemptType
         self._over_time_s = 0  # what applies in profiling: its partition's own, else the cluster's
@@ -714,6 +721,7 @@ class Reconciler:
                             closed_partitions=self._closed_partitions(snap, node_gpus, free, now, records))
         plan = self.decider.decide(inp)
         plan.release.extend(direct)
+        self._note_pinned_priorities(waiting, records, changed, now)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
         recorded = self.decider.record(inp, plan)
         n = self._apply(plan, snap, records, seen, releasing, changed, now)
@@ -860,6 +868,61 @@ class Reconciler:
         else:
             log.warning("slurm.conf: PriorityType=%s: Slurm adds SiteFactor again, lucidd's order holds",
                         self._priority_type)
+
+    def _note_pinned_priorities(self, waiting, records, changed, now) -> None:
+        """Pending jobs whose Slurm priority is below the SiteFactor lucidd set. Under multifactor every
+        other factor only adds to SiteFactor (less the job's nice), so such a job was pinned by hand
+        (`scontrol update jobid=N priority=P`: Slurm then ignores every SiteFactor, docs/deploy.md), or
+        its SiteFactor was changed by hand. Before, lucidd said nothing: `lucidctl queue` and `explain`
+        showed the job at its rank while Slurm kept it last (a review on the test cluster). Now lucidd
+        writes the SiteFactor once more (which undoes a hand-set SiteFactor), and if the job stays below
+        it, says so once in the log and in the job's order reason, until the job is back in the order
+        (`scontrol hold N; scontrol release N` unpins it) or leaves the queue. Never a rewrite per cycle."""
+        if self.dry_run or not self.cfg.ordering.enabled or \
+                self._priority_type not in (None, "priority/multifactor"):
+            return  # (a dry run sets no SiteFactor; under another PriorityType every job would look pinned)
+        pending = set()
+        for j in waiting:
+            r = records.get(j.job_id)
+            if r is None or not j.pending:
+                continue
+            pending.add(j.job_id)  # (held too: `scontrol hold; scontrol release` is how a pin is undone)
+            # (priority 0: held, its own story; a SiteFactor below 2 lists as Slurm's floor of 1)
+            if j.priority <= 0 or r.site_factor is None or r.site_factor < 2:
+                continue
+            below = j.priority < r.site_factor - max(j.nice, 0)
+            if not below:
+                noted = (r.order_reason or "").startswith(PINNED_NOTE)
+                if j.job_id in self._pinned or noted:
+                    before = self._pinned.pop(j.job_id, None)
+                    if noted:  # (the reason it had; after a restart of lucidd, a plain word)
+                        r.order_reason = before or f"back in lucidd's order (SiteFactor {r.site_factor})"
+                        changed[j.job_id] = r
+                    log.info("job %s: its priority %s is back in lucidd's order (SiteFactor %s)", j.job_id,
+                             j.priority, r.site_factor)
+                continue
+            if j.job_id not in self._pinned:
+                self._pinned[j.job_id] = None
+                log.warning("job %s: Slurm lists priority %s, below the SiteFactor %s lucidd set: pinned by hand "
+                            "(`scontrol update priority=`) or its SiteFactor changed by hand; lucidd sets the "
+                            "SiteFactor once more", j.job_id, j.priority, r.site_factor)
+                value = r.site_factor
+                self._act(self._key("sitefactor-again", j.job_id, records, value, int(now)), j.job_id, "sitefactor",
+                          {"value": value}, f"priority {j.priority} below lucidd's SiteFactor {value}: set again",
+                          lambda jid=j.job_id, value=value: self.backend.set_site_factor([jid], value), now)
+            else:
+                note = (f"{PINNED_NOTE} at priority {j.priority} (`scontrol update priority=`): Slurm ignores its "
+                        f"SiteFactor {r.site_factor}, so lucidd's order does not apply to it; `scontrol hold "
+                        f"{j.job_id}; scontrol release {j.job_id}` gives it back to the order")
+                if self._pinned[j.job_id] is None:
+                    log.warning("job %s: %s", j.job_id, note)
+                if not (r.order_reason or "").startswith(PINNED_NOTE):  # (a new SiteFactor brought its own reason)
+                    self._pinned[j.job_id] = r.order_reason
+                if r.order_reason != note:
+                    r.order_reason = note
+                    changed[j.job_id] = r
+        for jid in [jid for jid in self._pinned if jid not in pending]:
+            del self._pinned[jid]  # started, ended, held, or no longer lucidd's to order
 
     def _profiling_preempts(self, snap) -> list:
         """The partitions whose running jobs Slurm would preempt to start a profiling run

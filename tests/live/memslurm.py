@@ -48,6 +48,8 @@ class MemSlurm(Backend):
         self.whole_nodes = {}  # partition -> "OverSubscribe=EXCLUSIVE" / "ExclusiveUser=YES" where set
         self.over_times = {}  # partition -> its own OverTimeLimit as scontrol prints it ("NONE": the cluster's)
         self.states = {}  # partition -> a State other than UP an admin set (the inbox: other than lucidd's)
+        self.site_factors = {}  # job_id -> the SiteFactor last set: its priority, as under multifactor
+        self.pinned = {}  # job_id -> a priority set by hand (`scontrol update priority=`): SiteFactor ignored
 
     # -- what a test does to the cluster ----------------------------------------------------------
     def submit(self, job_id: int, partition="main", gpus=1, **kw) -> LiveJob:
@@ -83,7 +85,18 @@ class MemSlurm(Backend):
                               whole_nodes=self.whole_nodes.get(p, ""), over_time=self.over_times.get(p, ""),
                               state=self.states.get(p, ""))
                  for p in self.partitions}
-        return ClusterSnapshot(int(self.clock()), [replace(j) for j in self.jobs.values()], parts, dict(self.nodes))
+        return ClusterSnapshot(int(self.clock()), [self._as_listed(j) for j in self.jobs.values()], parts,
+                               dict(self.nodes))
+
+    def _as_listed(self, j: LiveJob) -> LiveJob:
+        # priority as Slurm's multifactor lists it (all other weights 0): the SiteFactor less the
+        # job's nice, floored at 1; a priority pinned by hand instead; a held job's 0 as it is
+        out = replace(j)
+        if out.priority != 0 and j.job_id in self.pinned:
+            out.priority = self.pinned[j.job_id]
+        elif out.priority != 0 and j.job_id in self.site_factors:
+            out.priority = max(1, self.site_factors[j.job_id] - max(j.nice, 0))
+        return out
 
     def _call(self, verb: str, job_ids, apply):
         self.calls.append((verb, tuple(job_ids)))
@@ -145,7 +158,7 @@ class MemSlurm(Backend):
         self._call("signal", [job_id], lambda jid: self.signals.append((jid, signal, batch_only)))
 
     def set_site_factor(self, job_ids, value: int) -> None:
-        self._call("sitefactor", job_ids, lambda jid: None)
+        self._call("sitefactor", job_ids, lambda jid: self.site_factors.__setitem__(jid, value))
 
     def set_shards(self, job_ids, count: int) -> None:
         def lower(jid):

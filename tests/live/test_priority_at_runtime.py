@@ -49,3 +49,76 @@ def test_priority_type_changed_while_lucidd_runs_is_said_and_cleared(tmp_path, c
             cycle()
     assert json.loads(store.get_meta("slurm_warnings")) == warnings[:1]
     assert any("SiteFactor again" in r.getMessage() for r in caplog.records)
+
+
+def _pending_in_main(tmp_path, n=2):
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")}})
+    clock = Clock()
+    slurm = MemSlurm(clock)
+    store = Store(cfg.database.url).create()
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=clock)
+    for jid in range(1, n + 1):
+        slurm.submit(jid, gpus=jid, comment="lucid:noprofile")  # straight to main, ordered there
+
+    def cycle():
+        clock.t += 10
+        assert rec.cycle().ok
+
+    cycle()
+    cycle()
+    assert all(slurm.jobs[j].partition == "main" and store.job(j).site_factor for j in range(1, n + 1))
+    return slurm, store, cycle
+
+
+def test_a_job_pinned_by_hand_is_said_once_and_named_in_its_order_reason(tmp_path, caplog):
+    """`scontrol update jobid=N priority=5` (a review on the test cluster): Slurm kept the job last
+    while `lucidctl queue` and `explain` showed it at its rank with lucidd's SiteFactor, and
+    lucidd said nothing."""
+    slurm, store, cycle = _pending_in_main(tmp_path)
+    reason = store.job(2).order_reason
+    slurm.pinned[2] = 5
+    with caplog.at_level(logging.INFO):
+        for _ in range(5):
+            cycle()
+    rewrites = [c for c in slurm.job_calls(2) if c[0] == "sitefactor"]
+    assert len(rewrites) == 2  # lucidd's own, and once more when it saw the pin: never per cycle
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "job 2" in r.getMessage()]
+    assert len(said) == 2 and "sets the SiteFactor once more" in said[0] and "pinned by hand" in said[1]
+    r = store.job(2)
+    assert r.order_reason.startswith("pinned by hand at priority 5") and "scontrol hold 2; scontrol release 2" in r.order_reason
+    assert store.job(1).order_reason and not store.job(1).order_reason.startswith("pinned")
+    # `scontrol hold 2; scontrol release 2`: Slurm computes its priority again
+    slurm.jobs[2].priority = 0
+    cycle()
+    del slurm.pinned[2]
+    slurm.jobs[2].priority = 1
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        cycle()
+    assert store.job(2).order_reason == reason
+    assert any("back in lucidd's order" in r.getMessage() for r in caplog.records)
+
+
+def test_a_site_factor_changed_by_hand_is_set_again_once(tmp_path, caplog):
+    """`scontrol update jobid=N sitefactor=0` by hand: the job's priority 1 is below lucidd's
+    SiteFactor; lucidd writes its own once more, and the job is back in the order with no note."""
+    slurm, store, cycle = _pending_in_main(tmp_path)
+    reason = store.job(2).order_reason
+    slurm.site_factors[2] = 0
+    with caplog.at_level(logging.INFO):
+        for _ in range(4):
+            cycle()
+    assert slurm.site_factors[2] == store.job(2).site_factor
+    assert store.job(2).order_reason == reason
+    assert len([c for c in slurm.job_calls(2) if c[0] == "sitefactor"]) == 2
+
+
+def test_a_niced_job_is_not_taken_for_a_pinned_one(tmp_path, caplog):
+    slurm, store, cycle = _pending_in_main(tmp_path)
+    slurm.jobs[2].nice = 1000  # `sbatch --nice=1000`: Slurm subtracts it
+    with caplog.at_level(logging.INFO):
+        for _ in range(3):
+            cycle()
+    assert not [r for r in caplog.records if "job 2" in r.getMessage()]
+    assert len([c for c in slurm.job_calls(2) if c[0] == "sitefactor"]) == 1
