@@ -112,7 +112,12 @@ def share_score(profile, cfg: LivePackingConfig, model=None) -> tuple[int | None
         return rule, rule_how
     mem_util = profile.gmem_util if profile.gmem_util is not None else 0.0
     gmem = profile.gmem_mib if profile.gmem_mib is not None else 0.0
-    scores = [int(model.predict_one(util, mem_util, gmem, amp)) for amp in (0, 1)]
+    try:
+        scores = [int(model.predict_one(util, mem_util, gmem, amp)) for amp in (0, 1)]
+    except Exception as exc:  # noqa: BLE001 - a tree unpickled from another scikit-learn fails in any way
+        # (AttributeError, ValueError...): the rule, as with no model, rather than a decide() that
+        # raises at every cycle and orders nothing (a review)
+        return rule, f"{rule_how} (the packing model failed: {type(exc).__name__}: {exc})"
     score = max(scores)
     how = (f"packing model: {SCORE_NAMES[score]} from SM {util:.0f} %, memory read/write {mem_util:.0f} %, "
            f"{gmem:.0f} MiB")

@@ -91,6 +91,19 @@ def test_a_model_may_hold_a_job_back_but_never_admit_one_above_the_rules_band():
     assert share_score(prof(util=5), CFG, Strict())[0] == 2
 
 
+def test_a_packing_model_that_fails_when_asked_gives_the_rule_not_an_error():
+    """A tree that loads but fails in predict (pickled by another scikit-learn): share_score raised
+    inside decide(), so every cycle failed and nothing was ordered or released (a review)."""
+    class Broken:
+        def predict_one(self, util, mem_util, gmem, amp):
+            raise AttributeError("'DecisionTreeClassifier' object has no attribute 'monotonic_cst'")
+
+    score, why = share_score(prof(util=45), CFG, Broken())
+    assert score == 1 and "the packing model failed: AttributeError" in why
+    assert shard_decision(SimpleNamespace(job_id=5, partition="main"), "main", prof(util=10), {"main": 9}, CFG,
+                          Broken())[0] == SHARED
+
+
 def test_the_rule_scores_by_sm_utilisation_and_a_model_takes_the_worse_amp():
     assert share_score(prof(util=10), CFG)[0] == 0
     assert share_score(prof(util=45), CFG)[0] == 1
