@@ -508,7 +508,7 @@ _LUA_NAME_RE = re.compile(r'^local (INBOX|PROFILING|DEFAULT)\s*=\s*"([^"]*)"', r
 def check_job_submit_lua(slurm_conf: str | None = None, slurm_cfg=None) -> str | None:
     """Warn when the job_submit.lua beside slurm.conf is older than the one this lucidd ships: an
     upgrade that did not copy it again left users able to move jobs into profiling, ahead of every
-    queue (an admin trial); and, given lucidd's `[slurm]` section, when its INBOX, PROFILING or
+    queue (an admin trial); when it is newer (a downgrade); and, given lucidd's `[slurm]` section, when its INBOX, PROFILING or
     DEFAULT names differ from lucidd's. Returns the warning, or None (current, or no such file
     here: a site may keep it elsewhere)."""
     conf = slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
@@ -527,6 +527,12 @@ def check_job_submit_lua(slurm_conf: str | None = None, slurm_cfg=None) -> str |
         problems.append(f"{installed} is lucidd's job_submit.lua version {have.group(1) if have else '1 or older'}, "
                         f"this lucidd ships version {want.group(1)} ({shipped}): copy it again, keeping your "
                         "LUCIDD_USERS, and `scontrol reconfigure` (docs/deploy.md, Upgrading)")
+    elif want is not None and int(have.group(1)) > int(want.group(1)):
+        # lucidd downgraded without its job_submit.lua: the newer script may route jobs in ways this
+        # lucidd does not know (version 8 leaves -w jobs in their partition; 7 did not) (a review)
+        problems.append(f"{installed} is lucidd's job_submit.lua version {have.group(1)}, newer than the version "
+                        f"{want.group(1)} this lucidd ships ({shipped}): after a downgrade, copy this version's "
+                        "one, keeping your LUCIDD_USERS, and `scontrol reconfigure` (docs/deploy.md, Upgrading)")
     if slurm_cfg is not None:
         names = dict(_LUA_NAME_RE.findall(text))
         for const, key in (("INBOX", "inbox_partition"), ("PROFILING", "profiling_partition"),

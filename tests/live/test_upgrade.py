@@ -5,6 +5,8 @@ changed the schema, and lucidctl on an older one."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from lucidd.errors import LucidError
@@ -76,6 +78,11 @@ def test_a_job_submit_lua_older_than_the_shipped_one_is_said_at_start(tmp_path, 
     text = check_job_submit_lua(str(conf))
     assert text and "version 1 or older" in text and "copy it again" in text and "LUCIDD_USERS" in text
     assert text in caplog.text
+    # a downgrade that left the newer one in place
+    newer = re.sub(r"LUCIDD_LUA_VERSION\s*=\s*([0-9]+)", lambda m: f"LUCIDD_LUA_VERSION = {int(m.group(1)) + 1}", shipped)
+    (tmp_path / "job_submit.lua").write_text(newer)
+    text = check_job_submit_lua(str(conf))
+    assert text and "newer than the version" in text and "after a downgrade" in text
 
 
 def test_a_job_submit_lua_naming_other_partitions_than_lucidd_is_said_at_start(tmp_path):
