@@ -202,7 +202,7 @@ class Daemon:
             max_times = self.backend.partition_max_times()
             ordered = set(s.managed_partitions) or set(max_times) - {s.inbox_partition, s.profiling_partition}
             warnings = slurm_settings_warnings(config, max_times, ordered, self.cfg.ordering.enabled,
-                                               self.cfg.daemon.interval_s)
+                                               self.cfg.daemon.interval_s, self.cfg.ordering.points_per_doubling)
         except BackendError as exc:
             log.warning("Slurm's settings not checked at start (%s)", exc)
             return None

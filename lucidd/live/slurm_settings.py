@@ -59,20 +59,51 @@ def priority_type_warning(priority: str, ordering_enabled: bool) -> str | None:
     return None
 
 
+#: The sum of Slurm's other priority weights, in doublings of estimate x GPUs, above which they
+#: decide most of the order among jobs lucidd ranks (10: jobs 1,000x apart in estimate x GPUs)
+OTHER_WEIGHTS_DOUBLINGS = 10
+_WEIGHT_KEYS = ("PriorityWeightAge", "PriorityWeightAssoc", "PriorityWeightFairShare", "PriorityWeightJobSize",
+                "PriorityWeightPartition", "PriorityWeightQOS")
+
+
+def other_priority_weight(config: dict) -> int:
+    """The most Slurm's other multifactor factors can add to a job's priority: the sum of the
+    PriorityWeight* values (each factor is between 0 and 1 times its weight), PriorityWeightTRES's
+    list (`CPU=1000,Mem=2000,GRES/gpu=3000`) included."""
+    total = 0
+    for key in _WEIGHT_KEYS:
+        m = re.match(r"^\s*(\d+)", config.get(key, "") or "")
+        total += int(m.group(1)) if m else 0
+    for m in re.finditer(r"=\s*(\d+(?:\.\d+)?)", config.get("PriorityWeightTRES", "") or ""):
+        total += int(float(m.group(1)))
+    return total
+
+
 def slurm_settings_warnings(config: dict, max_times: dict, ordered: set, ordering_enabled: bool,
-                            interval_s: float | None = None) -> list[str]:
+                            interval_s: float | None = None, points_per_doubling: int | None = None) -> list[str]:
     """Warnings, one line each, for the settings above.
 
     config: {name: value} of `scontrol show config` ({} when unknown: nothing checked);
     max_times: {partition: MaxTime text}; ordered: the partitions whose jobs lucidd orders (the
     bf_window check is about them: the profiling partition's MaxTime is INFINITE by design);
-    interval_s: lucidd's cycle ([daemon] interval_s; None: MinJobAge not checked)."""
+    interval_s: lucidd's cycle ([daemon] interval_s; None: MinJobAge not checked);
+    points_per_doubling: [ordering]'s (None: the other priority weights not checked)."""
     out = []
     if not config:
         return out
     priority = priority_type_warning(config.get("PriorityType", ""), ordering_enabled)
     if priority:
         out.append(priority)
+    # Slurm's other factors add to SiteFactor: weights far above lucidd's points per doubling hand the
+    # order to age, fair-share or QOS (PriorityWeightAge=100000000 drowned it on a test cluster, with
+    # nothing said: a review). Starving jobs (2e9) stay first whatever the weights below 1e9.
+    weight = other_priority_weight(config) if ordering_enabled and points_per_doubling else 0
+    if weight > OTHER_WEIGHTS_DOUBLINGS * points_per_doubling if weight else False:
+        out.append(f"PriorityWeight* add up to {weight:,} points, {weight / points_per_doubling:,.0f} doublings of "
+                   f"estimate x GPUs at [ordering] points_per_doubling = {points_per_doubling:,}: Slurm's age, "
+                   "fair-share, QOS and other factors, not lucidd, decide the order of most jobs (starving jobs "
+                   "still come first). If Lucid's order should dominate, keep their sum below about "
+                   f"{points_per_doubling:,} or raise points_per_doubling (docs/deploy.md, slurm.conf)")
     # with ordering off lucidd orders nothing and has no starvation guard: the window is Slurm's affair
     if ordering_enabled and config.get("SchedulerType", "") == "sched/backfill":
         window = bf_window_s(config.get("SchedulerParameters", ""))

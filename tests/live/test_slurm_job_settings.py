@@ -159,3 +159,16 @@ def test_a_job_sent_to_a_partition_lucidd_does_not_order_gets_no_site_factor(tmp
     assert slurm.jobs[1].partition == "research" and store.job(1).site_factor is None
     assert "sitefactor" not in [c[0] for c in slurm.job_calls(1)]
     assert slurm.jobs[2].partition == "main" and store.job(2).site_factor is not None
+
+
+def test_priority_weights_far_above_lucidds_points_per_doubling_are_said():
+    """PriorityWeightAge=100000000 drowned lucidd's order on a test cluster with nothing said (a
+    review): Slurm's other factors add to SiteFactor, up to the sum of their weights."""
+    base = {"PriorityType": "priority/multifactor", "PriorityWeightAge": "1000", "PriorityWeightTRES": "(null)"}
+    assert slurm_settings_warnings(base, {}, set(), True, None, 1000) == []  # the test cluster's: fine
+    heavy = base | {"PriorityWeightFairShare": "10000", "PriorityWeightTRES": "CPU=1000,GRES/gpu=2000"}
+    (w,) = slurm_settings_warnings(heavy, {}, set(), True, None, 1000)
+    assert w.startswith("PriorityWeight* add up to 14,000 points, 14 doublings") and "not lucidd" in w
+    assert slurm_settings_warnings(heavy, {}, set(), True, None, 10000) == []  # a raised points_per_doubling
+    assert slurm_settings_warnings(heavy, {}, set(), False, None, 1000) == []  # ordering off: not lucidd's
+    assert slurm_settings_warnings(heavy, {}, set(), True) == []  # not asked
