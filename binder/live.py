@@ -101,6 +101,12 @@ def share_score(profile, cfg: LivePackingConfig, model=None) -> tuple[int | None
     gpu_util, gmem_util, gmem_mib, util_samples; None: no figures), or (None, why none)."""
     if profile is None:
         return None, "no GPU figures from its profiling run (not profiled, or no NVML sampler on its node)"
+    incomplete = getattr(profile, "incomplete", "")
+    if incomplete:
+        # figures of part of the run only (the sampler's last flush_s not yet written, a sampler that
+        # died, a database that was away): its startup can look Tiny and small beside the 20 GiB it
+        # held later. Store.profiling_gpu_profiles says why; the next cycles judge it again.
+        return None, incomplete
     util, samples = profile.gpu_util, int(profile.util_samples or 0)
     if util is None or samples < cfg.min_util_samples:
         return None, (f"{samples} utilisation reading(s) from its profiling run, fewer than {cfg.min_util_samples} "

@@ -24,6 +24,7 @@ import logging
 import math
 import re
 import threading
+import time
 from dataclasses import replace
 from datetime import datetime
 
@@ -1015,7 +1016,8 @@ class LucidDecider(Decider):
         if self.packing is None:
             return packing_explanation(False, blocker="GPU packing is off ([packing] enabled = false)")
         profile = store.profiling_gpu_profiles([record.job_id], self.cfg.slurm.profiling_partition,
-                                               since={record.job_id: record.first_seen}).get(record.job_id)
+                                               since={record.job_id: record.first_seen},
+                                               now=time.time()).get(record.job_id)
         cfg = self.packing
         if cfg.gpu_memory_mib <= 0:  # the smallest GPU of the partitions' nodes as lucidd last saw them
             nodes = json.loads(store.get_meta(PARTITION_GPU_NODES_KEY) or "{}")

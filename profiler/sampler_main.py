@@ -19,6 +19,7 @@ from profiler.nvml_sampler import Sampler, SamplerError, load_nvml
 
 log = logging.getLogger("lucidd.sampler")
 HEARTBEAT_S = 60.0  # the shortest time between two heartbeats (store.GpuNodeRow)
+CLOCK_WARN_S = 60.0  # the node's clock this far from the database's: said (lucidd copes, people may not)
 DATABASE_TIMEOUT_S = 10.0  # the longest a write waits to connect (two writes a step, WatchdogSec=120s)
 
 
@@ -41,6 +42,12 @@ class SamplerService:
         self.last_flush = self.last_prune = self.last_heartbeat = 0.0
         self.unsaved: list = []  # figures a failed write left, written with the next
         self.created = False  # its table made (or checked) once the database first answers
+        # for the heartbeat (store.GpuNodeRow, profile_incompleteness), on this node's clock:
+        self.sampling_since: int | None = None  # this process's first reading
+        self.last_reading: int | None = None
+        self.flushed_at: int | None = None  # the last reading the last whole flush covered
+        self.clock_offset_s: float | None = None  # this node's clock less the database's
+        self.said: set = set()  # warnings given once
         self.notifier = Notifier()
 
     def start(self):
@@ -63,16 +70,18 @@ class SamplerService:
         # would replace the unwritten ones (a 20 GiB peak lost to a 2 GiB one while the database was away)
         self.sampler.forget_before(int(now - 3 * max(self.cfg.sampler.flush_s, self.cfg.sampler.interval_s)),
                                    keep=changed.keys())
-        if not changed:
-            return True
-        try:
-            self._create_tables()
-            self.store.save_gpu_profiles(list(changed.values()))
-        except StoreError as exc:
-            self.unsaved = list(changed.values())
-            log.warning("cannot write %d job profile(s), kept for the next try: %s", len(changed), exc)
-            return False
-        self.unsaved = []
+        if changed:
+            try:
+                self._create_tables()
+                self.store.save_gpu_profiles(list(changed.values()))
+            except StoreError as exc:
+                self.unsaved = list(changed.values())
+                log.warning("cannot write %d job profile(s), kept for the next try: %s", len(changed), exc)
+                return False
+            self.unsaved = []
+        # nothing is left unwritten up to the last reading (not `now`: close() flushes with no reading
+        # of its own, and a reading that was never taken must not say a run had ended by then)
+        self.flushed_at = self.last_reading
         return True
 
     def heartbeat(self, now: float) -> bool:
@@ -84,11 +93,36 @@ class SamplerService:
         g = self.sampler.describe()
         try:
             self._create_tables()
-            self.store.save_gpu_node(self.sampler.node, int(now), g.count or 0, g.gpu_memory_mib, g.name, g.driver)
+            self._check_clock()
+            whole = self.store.save_gpu_node(self.sampler.node, int(now), g.count or 0, g.gpu_memory_mib, g.name,
+                                             g.driver, flushed_at=self.flushed_at, sampling_since=self.sampling_since,
+                                             clock_offset_s=self.clock_offset_s)
         except StoreError as exc:
             log.warning("cannot write this node's heartbeat: %s", exc)
             return False
+        if whole is False and "columns" not in self.said:
+            self.said.add("columns")
+            log.warning("the database's gpu_nodes table has no flushed_at column (lucidd on the controller is older "
+                        "than this sampler, or has not started since its upgrade): lucidd lets no job profiled on "
+                        "%s share a GPU until it has", self.sampler.node)
         return True
+
+    def _check_clock(self) -> None:
+        """This node's clock against the database server's, at each heartbeat (one cheap query):
+        lucidd corrects for it, but a node's readings far off the controller's are confusing to
+        read, and were lost for good before (docs/deploy.md)."""
+        db_now = self.store.db_time()
+        if db_now is None:
+            self.clock_offset_s = None
+            return
+        self.clock_offset_s = round(self.clock() - db_now, 3)
+        off = abs(self.clock_offset_s) > CLOCK_WARN_S
+        if off and "clock" not in self.said:
+            self.said.add("clock")
+            log.warning("this node's clock is %+.0f s from the database server's: check its time sync (chrony, "
+                        "ntpd); lucidd allows for it", self.clock_offset_s)
+        elif not off:
+            self.said.discard("clock")
 
     def prune(self, now: float) -> None:
         from lucidd.live.store import StoreError
@@ -96,7 +130,9 @@ class SamplerService:
         if not self.created:
             return  # nothing written yet: the next hour's prune
         try:
-            self.store.prune_gpu_profiles(int(now - self.cfg.sampler.keep_days * 86400))
+            # its own node's rows by its own clock; other nodes' by theirs (Store.prune_gpu_profiles)
+            keep_s = self.cfg.sampler.keep_days * 86400
+            self.store.prune_gpu_profiles(int(now - keep_s), node=self.sampler.node, keep_s=keep_s)
         except StoreError as exc:
             log.warning("cannot prune old GPU profiles: %s", exc)
 
@@ -104,6 +140,9 @@ class SamplerService:
         """One reading, and the writes that are due; True when the last write (if any) worked."""
         now = self.clock()
         self.sampler.sample(int(now))
+        self.last_reading = int(now)
+        if self.sampling_since is None:
+            self.sampling_since = int(now)
         ok = True
         if now - self.last_flush >= self.cfg.sampler.flush_s:
             ok = self.flush(now)

@@ -702,7 +702,7 @@ class Reconciler:
         packable = [j.job_id for j in waiting + releasing if j.packable]
         profiles = (self.store.profiling_gpu_profiles(packable, self.profiling,
                                                       since={jid: records[jid].first_seen for jid in packable
-                                                             if jid in records})
+                                                             if jid in records}, now=now)
                     if packable else {})
         # only where it is used: GPU packing that takes each partition's memory from the samplers
         k = getattr(self.cfg, "packing", None)

@@ -27,6 +27,9 @@ SCHEMA_VERSION = 5  # 2: jobs.lent; 3: partition, user and account columns TEXT 
 # 4: gpu_profiles (a new table: create_all adds it to an older database); 5: jobs.time_limit_s.
 # gpu_nodes (28 November 2026) is no new version: only samplers write it, readers take its absence
 # for "no sampler has said", and a lucidd of schema 5 never reads it, so a rollback needs no restore.
+# gpu_nodes.flushed_at, sampling_since and clock_offset_s are no new version either, for the same
+# reasons: all three nullable, added by _upgrade (or create_all), written by a sampler only where the
+# table has them (Store.save_gpu_node), and a rolled-back lucidd reads the table's other columns.
 OLDEST_READABLE_SCHEMA = 5  # the jobs table's columns since: an older one fails every read of it
 
 # Columns that were VARCHAR(200) before schema 3: Slurm takes a `-p` list of up to 1,024 characters,
@@ -178,6 +181,36 @@ def _combine_gpu_profile(row: GpuProfileRow, old: GpuProfileRow) -> None:
     row.gpus = ",".join(sorted({g for g in (row.gpus + "," + (old.gpus or "")).split(",") if g}, key=int))
 
 
+def profile_incompleteness(rows, beats: dict) -> str:
+    """"" when the rows of a run (its GpuProfileRows, one per node) hold every reading of it, else why
+    not, from each node's heartbeat (`beats`: node -> GpuNodeRow), on that node's own clock:
+
+    * the node's sampler has flushed, with nothing left unwritten, a reading taken after the run's
+      last one (flushed_at > last_t). Else the last flush_s of readings, or all those after a sampler
+      died or while the database was away, are missing: a review found 60 s of startup (1.5 GiB)
+      taken for a run that went on to hold 20 GiB, and the job let share a GPU;
+    * that sampler process was reading before the run's first reading (sampling_since < first_t):
+      a sampler restarted during the run (or after it) may have lost what its predecessor had not
+      written, and one started while the run was on missed its start.
+
+    Judged again at every cycle, as the rest of the packing test: a job is given a GPU of its own
+    while its profile is incomplete, and may be lowered to share once the next heartbeat (at most
+    max(flush_s, 60 s) later) shows the flush. It is never held back for it."""
+    for r in sorted(rows, key=lambda r: r.node):
+        b = beats.get(r.node)
+        if b is None or b.flushed_at is None or b.sampling_since is None:
+            return (f"profile incomplete: the sampler on {r.node} has not said what it has written (none, or "
+                    "one older than this lucidd)")
+        if b.flushed_at <= r.last_t:
+            return (f"profile incomplete: the sampler on {r.node} has not written since the run ended (its last "
+                    f"whole write covers readings to {b.flushed_at}, the run's last reading is {r.last_t}, "
+                    "node clock)")
+        if b.sampling_since >= r.first_t:
+            return (f"profile incomplete: the sampler on {r.node} (re)started at {b.sampling_since}, not before "
+                    f"the run's first reading ({r.first_t}, node clock): readings may be missing")
+    return ""
+
+
 class GpuNodeRow(Base):
     """One GPU node as its NVML sampler last said, every `[sampler] flush_s` or at least every minute:
     its sampler's heartbeat, and its GPUs' memory (GPU packing takes the smallest of a partition's
@@ -190,6 +223,21 @@ class GpuNodeRow(Base):
     gpu_memory_mib: Mapped[float | None] = mapped_column(Float, nullable=True)  # its smallest GPU's; None: unread
     gpu_name: Mapped[str] = mapped_column(Text, default="")
     driver: Mapped[str] = mapped_column(Text, default="")
+    # What says whether a profile is whole, on the node's own clock (compared only with its own
+    # rows' first_t / last_t, so immune to skew with the controller). flushed_at: the reading time of
+    # the sampler's last flush that left nothing unwritten (every reading up to it is in gpu_profiles);
+    # sampling_since: this sampler process's first reading (readings before it, by an earlier process
+    # that may have died with figures unwritten, or by none, may be missing). None: an older sampler.
+    flushed_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    sampling_since: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # the node's clock less the database server's at the heartbeat (s): lucidd's id-reuse filter puts
+    # the controller's first_seen on the node's clock with it, and a node's heartbeat is pruned by
+    # another node's sampler only through both's offsets. None: unknown (an older sampler, a dialect
+    # without a clock query)
+    clock_offset_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+_GPU_NODE_LATER = ("flushed_at", "sampling_since", "clock_offset_s")  # columns a gpu_nodes table may lack
 
 
 class MetaRow(Base):
@@ -814,25 +862,67 @@ class Store:
             GpuNodeRow.__table__.create(self.engine, checkfirst=True)
         return self
 
-    def save_gpu_node(self, node: str, seen_at: int, gpus: int, gpu_memory_mib, gpu_name: str = "", driver: str = ""):
-        """Upsert a sampler's heartbeat and its node's GPUs."""
+    def _gpu_node_columns(self, refresh: bool = False) -> set:
+        """The columns gpu_nodes has: one a sampler made before 2026-12 lacks _GPU_NODE_LATER until
+        lucidd upgrades it (a sampler does not alter lucidd's schema). Read again while any is missing."""
+        from sqlalchemy import inspect
+
+        have = getattr(self, "_gpu_node_cols", None)
+        if have is None or refresh or not have.issuperset(_GPU_NODE_LATER):
+            have = {c["name"] for c in inspect(self.engine).get_columns(GpuNodeRow.__tablename__)}
+            self._gpu_node_cols = have
+        return have
+
+    def save_gpu_node(self, node: str, seen_at: int, gpus: int, gpu_memory_mib, gpu_name: str = "", driver: str = "",
+                      flushed_at: int | None = None, sampling_since: int | None = None,
+                      clock_offset_s: float | None = None) -> bool:
+        """Upsert a sampler's heartbeat and its node's GPUs. Returns False when the table lacks the
+        columns of flushed_at etc. (written without them: lucidd then trusts no profile of the node)."""
+        t = GpuNodeRow.__table__
+        vals = dict(seen_at=int(seen_at), gpus=int(gpus),
+                    gpu_memory_mib=None if gpu_memory_mib is None else float(gpu_memory_mib),
+                    gpu_name=gpu_name or "", driver=driver or "",
+                    flushed_at=None if flushed_at is None else int(flushed_at),
+                    sampling_since=None if sampling_since is None else int(sampling_since),
+                    clock_offset_s=None if clock_offset_s is None else float(clock_offset_s))
+        with self._guard("read gpu_nodes"):
+            have = self._gpu_node_columns()
+        vals = {k: v for k, v in vals.items() if k in have}
         with self.session() as s:
-            s.merge(GpuNodeRow(node=node[:200], seen_at=int(seen_at), gpus=int(gpus),
-                               gpu_memory_mib=None if gpu_memory_mib is None else float(gpu_memory_mib),
-                               gpu_name=gpu_name or "", driver=driver or ""))
+            done = s.execute(update(t).where(t.c.node == node[:200]).values(**vals)).rowcount
+            if not done:
+                s.execute(insert(t).values(node=node[:200], **vals))
+        return have.issuperset(_GPU_NODE_LATER)
 
     def gpu_nodes(self) -> dict:
         """node -> GpuNodeRow, as the samplers last said; empty on a database no sampler of 28 November
-        2026 or later has written to (the table is missing until one does, or lucidd upgrades it)."""
+        2026 or later has written to (the table is missing until one does, or lucidd upgrades it).
+        A table without the later columns gives them as None."""
         from sqlalchemy import inspect
 
         with self._guard("read gpu_nodes"):
             if not inspect(self.engine).has_table(GpuNodeRow.__tablename__):
                 return {}
+            have = self._gpu_node_columns()
+        t = GpuNodeRow.__table__
+        cols = [c for c in t.columns if c.name in have]
         with self.session() as s:
-            rows = list(s.scalars(select(GpuNodeRow)))
-            s.expunge_all()
+            rows = [GpuNodeRow(**dict(r._mapping)) for r in s.execute(select(*cols))]
         return {r.node: r for r in rows}
+
+    def db_time(self) -> float | None:
+        """The database server's clock (epoch seconds), None where this dialect has no query for it:
+        the one clock the samplers and lucidd all reach (GpuNodeRow.clock_offset_s)."""
+        q = {"sqlite": "SELECT (julianday('now') - 2440587.5) * 86400.0",
+             "postgresql": "SELECT EXTRACT(EPOCH FROM clock_timestamp())",
+             "mysql": "SELECT UNIX_TIMESTAMP(NOW(6))", "mariadb": "SELECT UNIX_TIMESTAMP(NOW(6))"}.get(
+                 self.engine.dialect.name)
+        if q is None:
+            return None
+        with self._guard("read the database's clock"):
+            with self.engine.connect() as c:
+                v = c.exec_driver_sql(q).scalar()
+        return None if v is None else float(v)
 
     def save_gpu_profiles(self, profiles):
         """Upsert the sampler's per-run figures (profiler.nvml_sampler.JobGpuProfile), combined with
@@ -859,7 +949,8 @@ class Store:
             return list(s.scalars(select(GpuProfileRow).where(GpuProfileRow.job_id == int(job_id))
                                   .order_by(GpuProfileRow.first_t, GpuProfileRow.node)))
 
-    def profiling_gpu_profiles(self, job_ids, partition: str, since: dict | None = None) -> dict:
+    def profiling_gpu_profiles(self, job_ids, partition: str, since: dict | None = None,
+                               now: float | None = None) -> dict:
         """job_id -> the NVML figures of its run in `partition` (the profiling partition): the row
         with the most utilisation readings when it ran on several nodes or restarted there, with the
         most memory any of its rows held (and its rows of no partition on the same nodes).
@@ -867,17 +958,33 @@ class Store:
         `since`: job_id -> when lucidd first saw that job (its record's first_seen). A job id Slurm
         handed out again (slurmctld lost its state, or ids wrapped) keeps the rows of the earlier job
         of that id; rows that ended before it, or began well before it (an earlier job's row the new
-        job's readings were added to, on the same node), are not its own and are left out."""
+        job's readings were added to, on the same node), are not its own and are left out. `since` is
+        the controller's clock, the rows the node's: with `now` (the controller's clock now) and the
+        node's heartbeat's clock_offset_s, it is put on the node's clock first (a node 5 minutes
+        behind lost every profile); without either it is compared as it is.
+
+        Each profile returned has `incomplete`: "" when every reading of the run is in its rows, else
+        why not (profile_incompleteness); binder.live.share_score lets no such job share."""
         ids = [int(j) for j in job_ids]
         out, rows = {}, {}
         if not ids:
             return out
         since = since or {}
+        # the heartbeats first: a flush that a heartbeat read here reports is in the rows read after it
+        beats = self.gpu_nodes()
+        shift = {}  # node -> seconds its clock is ahead of the controller's
+        if since and now is not None and any(b.clock_offset_s is not None for b in beats.values()):
+            db_now = self.db_time()
+            if db_now is not None:
+                ours = float(now) - db_now
+                shift = {n: b.clock_offset_s - ours for n, b in beats.items() if b.clock_offset_s is not None}
         with self.session() as s:
             for k in range(0, len(ids), 500):
                 for row in s.scalars(select(GpuProfileRow).where(GpuProfileRow.job_id.in_(ids[k:k + 500]),
                                                                  GpuProfileRow.partition.in_((partition, "")))):
                     seen = since.get(row.job_id)
+                    if seen:
+                        seen = seen + shift.get(row.node, 0.0)
                     if seen and (row.last_t < seen or row.first_t < seen - PROFILE_BEFORE_SEEN_S):
                         continue
                     rows.setdefault(row.job_id, []).append(row)
@@ -895,6 +1002,7 @@ class Store:
             # found a 20,480 MiB row passed over for a longer one of 3,000 MiB); unknown in one, unknown
             mems = [r.gmem_mib for r in runs + unnamed]
             best.gmem_mib = None if any(m is None for m in mems) else max(mems)
+            best.incomplete = profile_incompleteness(runs + unnamed, beats)
             out[job_id] = best
         return out
 
@@ -904,12 +1012,35 @@ class Store:
             return {n: int(t) for n, t in s.execute(select(GpuProfileRow.node, func.max(GpuProfileRow.last_t))
                                                     .group_by(GpuProfileRow.node))}
 
-    def prune_gpu_profiles(self, before: int) -> None:
+    def prune_gpu_profiles(self, before: int, node: str | None = None, keep_s: float | None = None) -> None:
         """Rows of runs, and heartbeats of nodes, not seen since `before` (a node taken out of the
-        cluster; one whose sampler has been stopped that long has its GPU memory unknown again)."""
+        cluster; one whose sampler has been stopped that long has its GPU memory unknown again).
+
+        `node`: the sampler's own node, whose clock `before` is on. Every sampler prunes, each with its
+        own clock, so each compares only like with like (a node a day ahead wiped every node's rows):
+        its own rows by `before`; another node's rows by that node's last heartbeat less `keep_s`
+        (both on that node's clock); another node's heartbeat only where both heartbeats give their
+        clock's offset to the database's (else it stays: `lucidctl status` names it silent).
+        Without `node`: every row and heartbeat by `before` (one clock for all: tests, tools)."""
+        t = GpuProfileRow
         with self.session() as s:
-            s.execute(delete(GpuProfileRow).where(GpuProfileRow.last_t < int(before)))
-            s.execute(delete(GpuNodeRow).where(GpuNodeRow.seen_at < int(before)))
+            if node is None:
+                s.execute(delete(t).where(t.last_t < int(before)))
+                s.execute(delete(GpuNodeRow).where(GpuNodeRow.seen_at < int(before)))
+                return
+            s.execute(delete(t).where(t.node == node, t.last_t < int(before)))
+        beats = self.gpu_nodes()
+        me = beats.get(node)
+        with self.session() as s:
+            for other, b in beats.items():
+                if other == node:
+                    continue
+                if keep_s is not None:
+                    s.execute(delete(t).where(t.node == other, t.last_t < int(b.seen_at - keep_s)))
+                if me is not None and me.clock_offset_s is not None and b.clock_offset_s is not None and (
+                        b.seen_at - b.clock_offset_s < int(before) - me.clock_offset_s):
+                    s.execute(delete(GpuNodeRow).where(GpuNodeRow.node == other))
+                    s.execute(delete(t).where(t.node == other))
 
     def add_model_version(self, kind, version, at, decision, detail):
         with self.session() as s:

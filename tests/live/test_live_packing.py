@@ -193,6 +193,13 @@ def _cycles(rec, clock, seconds, step=10, check=True):
         assert ok or not check
 
 
+def _sampler_wrote(store, node, clock, mib=24576.0, name="FakeGPU"):
+    """The heartbeat of a sampler that has read since before the runs above and written since they
+    ended (Store.profile_incompleteness): without it no profile is whole, and no job shares."""
+    store.save_gpu_node(node, int(clock.t), 8, mib, name, "535.183.01", flushed_at=int(clock.t) + 3600,
+                        sampling_since=0)
+
+
 def _profiled(slurm, store, clock, rec, job_id, util=10.0):
     """A job of shards (as job_submit.lua makes a 1-GPU request) run in profiling with figures."""
     slurm.submit(job_id, gpus=1, shards=2)
@@ -204,6 +211,7 @@ def _profiled(slurm, store, clock, rec, job_id, util=10.0):
     store.save_gpu_profiles([SimpleNamespace(job_id=job_id, partition="profiling", node="gpu1", first_t=clock.t,
                                              last_t=clock.t + 50, samples=10, util_samples=10, gpu_util=util,
                                              gmem_util=5.0, gmem_max_mib=3000.0, gpus={0})])
+    _sampler_wrote(store, "gpu1", clock)
 
 
 def test_a_profiled_job_is_lowered_before_its_release_while_its_partition_waits_and_raised_after(packing_cluster):
@@ -403,6 +411,7 @@ def test_dry_run_records_a_shard_change_once_not_every_cycle(tmp_path):
     store.save_gpu_profiles([SimpleNamespace(job_id=5, partition="profiling", node="gpu1", first_t=clock.t,
                                              last_t=clock.t + 50, samples=10, util_samples=10, gpu_util=10.0,
                                              gmem_util=5.0, gmem_max_mib=3000.0, gpus={0})])
+    _sampler_wrote(store, "gpu1", clock)
     _cycles(rec, clock, 600)
     rows = [a for a in store.actions_for(5) if a.kind == "shards"]
     assert 1 <= len(rows) <= 2, len(rows)
@@ -458,6 +467,7 @@ def test_a_shard_change_slurm_did_not_answer_is_asked_again_at_the_next_cycle(pa
     store.save_gpu_profiles([SimpleNamespace(job_id=5, partition="profiling", node="gpu1", first_t=clock.t,
                                              last_t=clock.t + 50, samples=10, util_samples=10, gpu_util=10.0,
                                              gmem_util=5.0, gmem_max_mib=3000.0, gpus={0})])
+    _sampler_wrote(store, "gpu1", clock)
     slurm.fail[("shards", 5)] = ("Socket timed out on send/recv operation", True, False)
     _cycles(rec, clock, 10, check=False)
     assert slurm.jobs[5].shards == 2
@@ -569,7 +579,7 @@ def test_with_gpu_memory_0_lucidd_packs_once_every_node_of_the_partition_has_sai
     cfg, clock, slurm, store, rec = _packing_cluster(tmp_path, gpu_memory_mib=0)
     slurm.jobs[99] = LiveJob(99, partition="main", gpus=8, reason="Resources", admin_comment="lucid:partition=main")
     _profiled(slurm, store, clock, rec, 5)
-    store.save_gpu_node("gpu1", clock.t, 8, 24576.0, "FakeGPU", "535.183.01")  # gpu2's sampler has not said
+    _sampler_wrote(store, "gpu1", clock)  # gpu2's sampler has not said
     _cycles(rec, clock, 80)
     slurm.jobs[5].reason = "BeginTime"
     _cycles(rec, clock, 20)
@@ -577,7 +587,7 @@ def test_with_gpu_memory_0_lucidd_packs_once_every_node_of_the_partition_has_sai
     k = explain_data(cfg, store, 5)["packing"]
     assert not k["may_share"] and "no NVML sampler has reported the GPUs of gpu2 (1 of 2" in k["blocker"]
     assert k["gpu_memory_mib"] is None
-    store.save_gpu_node("gpu2", clock.t, 8, 24576.0, "FakeGPU", "535.183.01")
+    _sampler_wrote(store, "gpu2", clock)
     _cycles(rec, clock, 10)
     assert slurm.jobs[5].shards == 1
     (act,) = [a for a in store.actions_for(5) if a.kind == "shards"]
@@ -586,7 +596,7 @@ def test_with_gpu_memory_0_lucidd_packs_once_every_node_of_the_partition_has_sai
     assert k["may_share"] and k["gpu_memory_mib"] == 24576.0
     # a node with small GPUs joins the partition: its 4 GiB GPUs cannot hold two 3,000 MiB jobs
     slurm.nodes["gpu3"] = NodeGPUs("gpu3", 8, 0, "IDLE", ("inbox", "profiling", "main"))
-    store.save_gpu_node("gpu3", clock.t, 8, 4096.0, "SmallGPU", "535.183.01")
+    _sampler_wrote(store, "gpu3", clock, 4096.0, "SmallGPU")
     _cycles(rec, clock, 10)
     assert slurm.jobs[5].shards == 2
     assert "more than half of a GPU's 4096 MiB" in explain_data(cfg, store, 5)["packing"]["blocker"]

@@ -51,6 +51,9 @@ def _profiled_and_released(cluster, time_limit_s=None):
     store.save_gpu_profiles([SimpleNamespace(job_id=5, partition="profiling", node="gpu1", first_t=clock.t,
                                              last_t=clock.t + 50, samples=10, util_samples=10, gpu_util=10.0,
                                              gmem_util=5.0, gmem_max_mib=3000.0, gpus={0})])
+    # its sampler read since before the run and wrote since it ended: the profile is whole
+    store.save_gpu_node("gpu1", int(clock.t), 8, 24576.0, "FakeGPU", "535.183.01", flushed_at=int(clock.t) + 3600,
+                        sampling_since=0)
     _cycles(rec, clock, 80)
     slurm.jobs[5].reason = "BeginTime"
     _cycles(rec, clock, 20)

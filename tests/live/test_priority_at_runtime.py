@@ -78,12 +78,13 @@ def test_a_job_pinned_by_hand_is_said_once_and_named_in_its_order_reason(tmp_pat
     slurm, store, cycle = _pending_in_main(tmp_path)
     reason = store.job(2).order_reason
     slurm.pinned[2] = 5
+    caplog.clear()
     with caplog.at_level(logging.INFO):
         for _ in range(5):
             cycle()
     rewrites = [c for c in slurm.job_calls(2) if c[0] == "sitefactor"]
     assert len(rewrites) == 2  # lucidd's own, and once more when it saw the pin: never per cycle
-    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "job 2" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "job 2:" in r.getMessage()]
     assert len(said) == 2 and "sets the SiteFactor once more" in said[0] and "pinned by hand" in said[1]
     r = store.job(2)
     assert r.order_reason.startswith("pinned by hand at priority 5") and "scontrol hold 2; scontrol release 2" in r.order_reason
@@ -117,8 +118,9 @@ def test_a_site_factor_changed_by_hand_is_set_again_once(tmp_path, caplog):
 def test_a_niced_job_is_not_taken_for_a_pinned_one(tmp_path, caplog):
     slurm, store, cycle = _pending_in_main(tmp_path)
     slurm.jobs[2].nice = 1000  # `sbatch --nice=1000`: Slurm subtracts it
+    caplog.clear()
     with caplog.at_level(logging.INFO):
         for _ in range(3):
             cycle()
-    assert not [r for r in caplog.records if "job 2" in r.getMessage()]
+    assert not [r for r in caplog.records if "job 2" in r.getMessage() and "SiteFactor" in r.getMessage()]
     assert len([c for c in slurm.job_calls(2) if c[0] == "sitefactor"]) == 1

@@ -193,7 +193,8 @@ def test_old_runs_are_pruned_and_forgotten(tmp_path, proc):
     nvml.gpus[:] = []  # every job ended
     clock.t += 2 * 86400
     svc.step()
-    store.save_gpu_node("gone1", int(clock.t) - 86400 - 10, 8, 24576.0)  # a node taken out a day ago
+    # a node taken out a day ago (its clock as this one's: its heartbeat gives the same offset)
+    store.save_gpu_node("gone1", int(clock.t) - 86400 - 10, 8, 24576.0, clock_offset_s=svc.clock_offset_s)
     svc.last_prune = 0
     clock.t += 3600
     svc.step()
@@ -543,7 +544,7 @@ def test_the_service_writes_a_heartbeat_at_most_once_a_minute(tmp_path, proc):
         svc.step()
     assert store.gpu_nodes()["gpu01"].seen_at == 10_060
 
-    def dead(*_a):
+    def dead(*_a, **_kw):
         raise StoreError("database sqlite:///x unavailable (session): connection refused")
 
     store.save_gpu_node = dead
@@ -663,7 +664,7 @@ def test_a_failed_flush_feeds_the_watchdog_and_the_heartbeat_waits(tmp_path, pro
     calls = []
     monkeypatch.setattr(svc.notifier, "watchdog", lambda: calls.append("watchdog"))
 
-    def dead(*_a):
+    def dead(*_a, **_kw):
         calls.append("write")
         raise StoreError("database postgresql://x unavailable (session): connection timeout expired")
 

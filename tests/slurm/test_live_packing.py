@@ -77,7 +77,9 @@ def test_two_profiled_jobs_that_may_share_run_on_one_gpu(packing_lua, tmp_path, 
                              for k, (jid, util) in enumerate(((a, 10.0), (b, 12.0), (c, 45.0)))])
     # ... and each node's heartbeat: lucidd takes main's smallest GPU, over the nodes sinfo lists in it
     for node in sorted(set(sh("sinfo", "-h", "-N", "-p", "main", "-o", "%N").split())):
-        store.save_gpu_node(node, int(time.time()), 8, 24576.0, "FakeGPU", "535.183.01")
+        # (flushed after the rows' last reading, reading since before their first: whole profiles)
+        store.save_gpu_node(node, int(time.time()), 8, 24576.0, "FakeGPU", "535.183.01", flushed_at=t + 1,
+                            sampling_since=t - 60)
     # a 16-GPU job waits for two whole nodes: its partition waits for GPUs (reason Resources)
     waiter = sbatch(script, 5, "-N", "2", "--gres=gpu:8", "--comment", "lucid:noprofile", name="waiter")
     wait_until(lambda: (_job(waiter) or {}).get("state_reason") in ("Resources", "Priority")
