@@ -45,6 +45,7 @@ The rules, in the order they are applied:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -84,6 +85,8 @@ TRACE_COLUMNS = ("job_id", "submit_time", "duration", "gpu_num", "cpu_num", "vc"
 
 #: default window of `--live` without --start: the last 30 days.
 DEFAULT_LIVE_DAYS = 30
+LIVE_WINDOW_S = 7 * 86400  # --live asks sacct for a week first,
+LIVE_WINDOW_RECORDS = 40_000  # then for windows of about this many records (~250 MB of sacct's JSON)
 
 
 class SacctImportError(LucidError):
@@ -570,8 +573,24 @@ def vc_config_from_sinfo(data, trace: pd.DataFrame, source: str = "sinfo --json"
 
 # ----- files and the command ----------------------------------------------------------------------
 
-def read_json_file(path, what: str = "sacct --json") -> dict:
-    """A JSON file as a dict, or one line naming the file and what is wrong with it."""
+#: What import-sacct reads of a job record (_read_run, fill_missing_users): the rest (its steps,
+#: above all, a third of a record with one batch step and most of one with many) is dropped as the
+#: file is parsed, so a big history is not held whole in memory (a review: 100,000 jobs took 3.4 GB)
+SACCT_RECORD_KEYS = frozenset(("job_id", "array", "het", "time", "tres", "comment", "association", "cluster",
+                               "state", "partition", "user", "name", "account", "nodes"))
+
+
+def compact_sacct_record(d: dict) -> dict:
+    """json's object_hook for `sacct --json`: a job record (the only objects with both `job_id`
+    and `steps`) keeps only SACCT_RECORD_KEYS; every other object is left as it is."""
+    if "steps" in d and "job_id" in d:
+        return {k: v for k, v in d.items() if k in SACCT_RECORD_KEYS}
+    return d
+
+
+def read_json_file(path, what: str = "sacct --json", object_hook=None) -> dict:
+    """A JSON file as a dict, or one line naming the file and what is wrong with it. `object_hook`:
+    json's, to shrink objects as they are parsed (compact_sacct_record)."""
     path = os.fspath(path)
     if os.path.isdir(path):
         raise SacctImportError(f"{path}: is a directory, not a `{what}` file")
@@ -585,7 +604,9 @@ def read_json_file(path, what: str = "sacct --json") -> dict:
     if not raw.strip():
         raise SacctImportError(f"{path}: empty file (expected `{what}` output)")
     try:
-        return json.loads(raw.decode("utf-8-sig"))
+        text = raw.decode("utf-8-sig")
+        del raw  # (the bytes are not needed while the text is parsed: one copy of the file less)
+        return json.loads(text, object_hook=object_hook)
     except UnicodeDecodeError as exc:
         raise SacctImportError(f"{path}: not UTF-8 text (byte {exc.start}); expected `{what}` output") from None
     except json.JSONDecodeError as exc:
@@ -634,8 +655,28 @@ def fill_missing_users(data: dict, runner, start: int, end: int) -> int:
     return filled
 
 
+def _merge_window(data: dict | None, part: dict, seen: set) -> dict:
+    """`sacct --json` of consecutive windows as one reply: sacct lists every job active in a window,
+    so one that ran across a boundary is in both, identical; it is kept once, and not counted as a
+    duplicate record (those are of the history itself). `seen`: the records' keys kept so far."""
+    if not isinstance(part, dict) or not isinstance(part.get("jobs"), list):
+        return part if data is None else data  # (check_sacct_data says what is wrong with it)
+    if data is None:
+        data = {**part, "jobs": []}
+    elif part.get("errors"):
+        data["errors"] = list(data.get("errors") or []) + list(part["errors"])
+    for rec in part["jobs"]:
+        if isinstance(rec, dict):
+            key = hashlib.blake2b(json.dumps(rec, sort_keys=True, default=str).encode(), digest_size=16).digest()
+            if key in seen:
+                continue
+            seen.add(key)
+        data["jobs"].append(rec)
+    return data
+
+
 def live_argv(start: int, end: int) -> list:
-    """The one sacct command `--live` runs for the window (and names as the trace's source)."""
+    """The sacct command `--live` runs for a window (for the whole one: the trace's source)."""
     return ["sacct", "--json", "--allusers", "--duplicates", "--starttime", _sacct_time(start),
             "--endtime", _sacct_time(end)]
 
@@ -694,16 +735,29 @@ def cmd_import_sacct(args, runner=None) -> int:
             what = (f"--start {args.start}" if start is not None else
                     f"--end {args.end}: the start it implies ({DEFAULT_LIVE_DAYS} days before, {_sacct_time(start_q)})")
             raise SacctImportError(f"{what}: in the future (now is {_sacct_time(now)}): no job has ended since")
-        argv = live_argv(start_q, end_q)
-        source = " ".join(argv)
-        data = runner.run_json(argv)
-        fill_missing_users(data, runner, start_q, end_q)
+        source = " ".join(live_argv(start_q, end_q))
+        data = None
+        seen = set()
+        # a window at a time: one sacct call for a month of a large cluster's jobs held them all in
+        # memory twice (its text and its objects) and could outrun the command's timeout. A week
+        # first, then twice as long after a window of few records (years of a quiet cluster in a
+        # dozen calls), half as long after a big one
+        w_start, window = start_q, LIVE_WINDOW_S
+        while w_start < end_q:
+            w_end = min(end_q, w_start + window)
+            part = runner.run_json(live_argv(w_start, w_end), object_hook=compact_sacct_record)
+            fill_missing_users(part, runner, w_start, w_end)
+            data = _merge_window(data, part, seen)
+            n = len(part.get("jobs") or []) if isinstance(part, dict) else 0
+            window = window * 2 if n < LIVE_WINDOW_RECORDS // 4 else max(3600, window // 2) \
+                if n > LIVE_WINDOW_RECORDS else window
+            w_start = w_end
         start = start_q
         if args.vc_config_out and sinfo is None:
             sinfo = runner.run_json(["sinfo", "--json"])
     else:
         source = args.json_file
-        data = read_json_file(args.json_file, "sacct --json")
+        data = read_json_file(args.json_file, "sacct --json", object_hook=compact_sacct_record)
     trace, rep = sacct_json_to_trace(data, source=source, start=start, end=end,
                                      keep_cpu_jobs=args.keep_cpu_jobs,
                                      lucid_partitions=_partitions(args.lucid_partitions),

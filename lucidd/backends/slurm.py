@@ -106,10 +106,11 @@ class SlurmRunner:
             raise SlurmCommandError(argv, proc.returncode, msg, classify(msg))
         return proc.stdout
 
-    def run_json(self, argv: list[str]) -> dict:
+    def run_json(self, argv: list[str], object_hook=None) -> dict:
+        """A command's JSON reply, parsed (`object_hook`: json's, to shrink objects as they are read)."""
         out = self.run(argv)
         try:
-            data = json.loads(out)
+            data = json.loads(out, object_hook=object_hook)
         except ValueError as exc:
             raise SlurmCommandError(argv, 0, f"malformed JSON reply ({exc}; {len(out)} bytes)", True) from None
         if not isinstance(data, dict):
