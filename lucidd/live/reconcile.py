@@ -721,7 +721,7 @@ class Reconciler:
                             closed_partitions=self._closed_partitions(snap, node_gpus, free, now, records))
         plan = self.decider.decide(inp)
         plan.release.extend(direct)
-        self._note_pinned_priorities(waiting, records, changed, now)
+        self._note_pinned_priorities(waiting, records, changed, now, plan.site_factors)
         # Jobs the decider releases from the inbox this cycle are ordered too (same plan).
         recorded = self.decider.record(inp, plan)
         n = self._apply(plan, snap, records, seen, releasing, changed, now)
@@ -855,21 +855,23 @@ class Reconciler:
 
         if self._priority_type is None or self._priority_type == self._priority_judged:
             return  # (the database is read only when the setting changes, not every cycle)
-        self._priority_judged = self._priority_type
         text = priority_type_warning(self._priority_type, self.cfg.ordering.enabled)
         stored = json.loads(self.store.get_meta("slurm_warnings") or "null")
         had = [w for w in stored or () if str(w).startswith("PriorityType=")]
         if had == ([text] if text else []):
+            self._priority_judged = self._priority_type
             return
         lines = [w for w in stored or () if not str(w).startswith("PriorityType=")] + ([text] if text else [])
         self.store.set_meta("slurm_warnings", json.dumps(lines))
+        # judged once written: a database error above leaves it to be judged again next time (a review)
+        self._priority_judged = self._priority_type
         if text:
             log.error("slurm.conf: %s", text)
         else:
             log.warning("slurm.conf: PriorityType=%s: Slurm adds SiteFactor again, lucidd's order holds",
                         self._priority_type)
 
-    def _note_pinned_priorities(self, waiting, records, changed, now) -> None:
+    def _note_pinned_priorities(self, waiting, records, changed, now, planned=None) -> None:
         """Pending jobs whose Slurm priority is below the SiteFactor lucidd set. Under multifactor every
         other factor only adds to SiteFactor (less the job's nice), so such a job was pinned by hand
         (`scontrol update jobid=N priority=P`: Slurm then ignores every SiteFactor, docs/deploy.md), or
@@ -890,6 +892,11 @@ class Reconciler:
             # (priority 0: held, its own story; a SiteFactor below 2 lists as Slurm's floor of 1)
             if j.priority <= 0 or r.site_factor is None or r.site_factor < 2:
                 continue
+            if planned and j.job_id in planned and planned[j.job_id][0] != r.site_factor:
+                # a new value goes out this cycle, or one whose answer was lost (a call that timed out
+                # after Slurm took it: its priority is the new value, below the recorded one): judged
+                # after (a review: a false "pinned" and the old value written back)
+                continue
             below = j.priority < r.site_factor - max(j.nice, 0)
             if not below:
                 noted = (r.order_reason or "").startswith(PINNED_NOTE)
@@ -907,15 +914,25 @@ class Reconciler:
                             "(`scontrol update priority=`) or its SiteFactor changed by hand; lucidd sets the "
                             "SiteFactor once more", j.job_id, j.priority, r.site_factor)
                 value = r.site_factor
-                self._act(self._key("sitefactor-again", j.job_id, records, value, int(now)), j.job_id, "sitefactor",
-                          {"value": value}, f"priority {j.priority} below lucidd's SiteFactor {value}: set again",
-                          lambda jid=j.job_id, value=value: self.backend.set_site_factor([jid], value), now)
+                try:
+                    self._act(self._key("sitefactor-again", j.job_id, records, value, int(now)), j.job_id,
+                              "sitefactor", {"value": value},
+                              f"priority {j.priority} below lucidd's SiteFactor {value}: set again",
+                              lambda jid=j.job_id, value=value: self.backend.set_site_factor([jid], value), now)
+                except BackendError as exc:
+                    # best effort: a timeout here must not cost the cycle its requeues and releases; the
+                    # rewrite is tried again next cycle
+                    if not exc.transient:
+                        raise
+                    self._pinned.pop(j.job_id, None)
+                    log.warning("job %s: SiteFactor not set again (%s): tried next cycle", j.job_id, exc)
             else:
                 note = (f"{PINNED_NOTE} at priority {j.priority} (`scontrol update priority=`): Slurm ignores its "
                         f"SiteFactor {r.site_factor}, so lucidd's order does not apply to it; `scontrol hold "
                         f"{j.job_id}; scontrol release {j.job_id}` gives it back to the order")
                 if self._pinned[j.job_id] is None:
                     log.warning("job %s: %s", j.job_id, note)
+                    self._pinned[j.job_id] = ""  # said (after a restart of lucidd the reason it had is lost)
                 if not (r.order_reason or "").startswith(PINNED_NOTE):  # (a new SiteFactor brought its own reason)
                     self._pinned[j.job_id] = r.order_reason
                 if r.order_reason != note:

@@ -51,7 +51,7 @@ def test_priority_type_changed_while_lucidd_runs_is_said_and_cleared(tmp_path, c
     assert any("SiteFactor again" in r.getMessage() for r in caplog.records)
 
 
-def _pending_in_main(tmp_path, n=2):
+def _pending_in_main(tmp_path, n=2, **kw):
     cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
                             "models": {"dir": str(tmp_path / "models")}})
     clock = Clock()
@@ -59,11 +59,12 @@ def _pending_in_main(tmp_path, n=2):
     store = Store(cfg.database.url).create()
     rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=clock, monotonic=clock)
     for jid in range(1, n + 1):
-        slurm.submit(jid, gpus=jid, comment="lucid:noprofile")  # straight to main, ordered there
+        slurm.submit(jid, gpus=jid, comment="lucid:noprofile", **kw)  # straight to main, ordered there
 
-    def cycle():
+    def cycle(must_be_ok=True):
         clock.t += 10
-        assert rec.cycle().ok
+        ok = rec.cycle().ok
+        assert ok or not must_be_ok
 
     cycle()
     cycle()
@@ -124,3 +125,55 @@ def test_a_niced_job_is_not_taken_for_a_pinned_one(tmp_path, caplog):
             cycle()
     assert not [r for r in caplog.records if "job 2" in r.getMessage() and "SiteFactor" in r.getMessage()]
     assert len([c for c in slurm.job_calls(2) if c[0] == "sitefactor"]) == 1
+
+
+def test_a_pinned_job_is_said_once_after_a_restart_of_lucidd(tmp_path, caplog):
+    slurm, store, cycle = _pending_in_main(tmp_path)
+    slurm.pinned[2] = 5
+    for _ in range(3):
+        cycle()
+    assert store.job(2).order_reason.startswith("pinned by hand")
+    cfg = config_from_dict({"daemon": {"state_dir": str(tmp_path), "interval_s": 10},
+                            "models": {"dir": str(tmp_path / "models")}})
+    rec = Reconciler(cfg, slurm, store, LucidDecider(cfg), clock=slurm.clock, monotonic=slurm.clock)  # restarted
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        for _ in range(6):
+            slurm.clock.t += 10
+            assert rec.cycle().ok
+    said = [r.getMessage() for r in caplog.records if "job 2:" in r.getMessage()]
+    assert len(said) == 2, said  # the rewrite, and the note: once each, not every cycle
+
+
+def test_a_rewrite_that_times_out_costs_the_cycle_nothing_and_is_tried_again(tmp_path):
+    slurm, store, cycle = _pending_in_main(tmp_path)
+    slurm.pinned[2] = 5
+    slurm.fail[("sitefactor", 2)] = ("scontrol: timed out", True, False)
+    cycle()  # (asserts the cycle is ok)
+    cycle()
+    assert len([c for c in slurm.job_calls(2) if c[0] == "sitefactor"]) == 3  # lucidd's, the failed one, again
+
+
+def test_a_lowered_site_factor_whose_answer_was_lost_is_no_pin(tmp_path, caplog):
+    """lucidd lowers a job's SiteFactor (its limit raised: a longer estimate); the call times out
+    after Slurm took it, so Slurm lists the new value, below the recorded one. That was called a
+    pin, and the old value was written back before the new one (a review)."""
+    slurm, store, cycle = _pending_in_main(tmp_path, time_limit_s=600)  # estimates capped at 10 minutes
+    old = store.job(2).site_factor
+    slurm.jobs[2].time_limit_s = 3 * 86400  # the estimate back to the hour: a lower one
+    slurm.fail[("sitefactor", 2)] = ("scontrol: timed out", True, True)
+    written = []
+    set_site_factor = slurm.set_site_factor
+
+    def recording(job_ids, value):
+        written.extend((j, value) for j in job_ids)
+        set_site_factor(job_ids, value)
+
+    slurm.set_site_factor = recording
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        for _ in range(4):
+            cycle(must_be_ok=False)  # (the timed-out call skips its cycle, as any Slurm timeout)
+    assert not [r for r in caplog.records if "pinned" in r.getMessage() or "below the SiteFactor" in r.getMessage()]
+    assert slurm.site_factors[2] == store.job(2).site_factor < old
+    assert (2, old) not in written and written.count((2, store.job(2).site_factor)) >= 1, written
