@@ -309,6 +309,10 @@ class Store:
         _sqlite_read_only_connect; PostgreSQL: every transaction read-only)."""
         self.url = url
         self.sqlite_reader = None  # read-only SQLite: the connect function (its immutable_reads)
+        # (job id, its rows' node, first_t, last_t, samples) of profiles once found whole: a sampler
+        # restarted since (an upgrade) cannot vouch for them any more, but its heartbeat already had
+        # (a review: every profiled job still waiting lost its packing at a clean sampler restart)
+        self._whole_profiles: set = set()
         kw = {"pool_pre_ping": True, "future": True}
         if url.startswith("sqlite"):
             if read_only and sqlite_file(url) is not None:
@@ -888,10 +892,16 @@ class Store:
         with self._guard("read gpu_nodes"):
             have = self._gpu_node_columns()
         vals = {k: v for k, v in vals.items() if k in have}
-        with self.session() as s:
-            done = s.execute(update(t).where(t.c.node == node[:200]).values(**vals)).rowcount
-            if not done:
-                s.execute(insert(t).values(node=node[:200], **vals))
+        try:
+            with self.session() as s:
+                done = s.execute(update(t).where(t.c.node == node[:200]).values(**vals)).rowcount
+                if not done:
+                    s.execute(insert(t).values(node=node[:200], **vals))
+        except StoreError:
+            # the columns are read again at the next try: a backup restored from before they were
+            # added (docs/deploy.md, going back) failed every heartbeat until a restart (a review)
+            self._gpu_node_cols = None
+            raise
         return have.issuperset(_GPU_NODE_LATER)
 
     def gpu_nodes(self) -> dict:
@@ -1002,7 +1012,12 @@ class Store:
             # found a 20,480 MiB row passed over for a longer one of 3,000 MiB); unknown in one, unknown
             mems = [r.gmem_mib for r in runs + unnamed]
             best.gmem_mib = None if any(m is None for m in mems) else max(mems)
-            best.incomplete = profile_incompleteness(runs + unnamed, beats)
+            whole = (job_id, tuple(sorted((r.node, r.first_t, r.last_t, r.samples) for r in runs + unnamed)))
+            best.incomplete = "" if whole in self._whole_profiles else profile_incompleteness(runs + unnamed, beats)
+            if not best.incomplete:
+                if len(self._whole_profiles) > 100_000:
+                    self._whole_profiles.clear()  # (bounded: judged again from the heartbeats)
+                self._whole_profiles.add(whole)
             out[job_id] = best
         return out
 
@@ -1032,13 +1047,19 @@ class Store:
         beats = self.gpu_nodes()
         me = beats.get(node)
         with self.session() as s:
+            # rows of a node that has written no heartbeat (a sampler from before heartbeats, a node
+            # gone before its upgrade): by this sampler's clock, as before, or never (a review)
+            s.execute(delete(t).where(t.node.not_in(list(beats) or [""]), t.last_t < int(before)))
             for other, b in beats.items():
                 if other == node:
                     continue
                 if keep_s is not None:
                     s.execute(delete(t).where(t.node == other, t.last_t < int(b.seen_at - keep_s)))
-                if me is not None and me.clock_offset_s is not None and b.clock_offset_s is not None and (
-                        b.seen_at - b.clock_offset_s < int(before) - me.clock_offset_s):
+                if me is not None and me.clock_offset_s is not None and b.clock_offset_s is not None:
+                    gone = b.seen_at - b.clock_offset_s < int(before) - me.clock_offset_s
+                else:  # an offset unknown (an older sampler): by this clock, with keep_s more to spare
+                    gone = b.seen_at < int(before) - (keep_s or 0)
+                if gone:
                     s.execute(delete(GpuNodeRow).where(GpuNodeRow.node == other))
                     s.execute(delete(t).where(t.node == other))
 

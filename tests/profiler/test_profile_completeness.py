@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import logging
 import time
+
+import pytest
 from types import SimpleNamespace
 
 from binder.live import LivePackingConfig, OWN, SHARED, shard_decision
-from lucidd.live.store import GpuNodeRow, Store
+from lucidd.live.store import GpuNodeRow, Store, StoreError
 from profiler.nvml_sampler import MIB
 from profiler.sampler_main import SamplerService
 from tests.profiler.fake_nvml import FakeNvml, fake_proc
@@ -159,6 +161,25 @@ def test_a_sampler_prunes_only_its_own_nodes_rows_by_its_own_clock(tmp_path):
     assert store.gpu_profiles(7) and set(store.gpu_nodes()) == {"gpu01", "gpu02"}
 
 
+def test_rows_and_heartbeats_no_offset_speaks_for_are_still_pruned(tmp_path):
+    """Rows of a node that never wrote a heartbeat, and the heartbeat of one gone before its sampler
+    gave a clock offset, were never pruned once each sampler pruned only what its clock can judge
+    (a review): they are, by the pruning sampler's clock, the heartbeat with keep_s more to spare."""
+    store = Store(f"sqlite:///{tmp_path}/l.db").create()
+    clock = Clock(T0)
+    svc, _ = _node(tmp_path, store, clock, "gpu01", job=7, keep_days=1)
+    _run(svc, clock, 35)
+    old = store.gpu_profiles(7)[0]
+    with store.engine.begin() as c:  # an old sampler's node: a row, no heartbeat; and a gone node's heartbeat
+        c.exec_driver_sql("INSERT INTO gpu_profiles (job_id, partition, node, first_t, last_t, samples, util_samples,"
+                          " gpus) VALUES (9, 'profiling', 'gpu09', 100, 200, 1, 1, '0')")
+    store.save_gpu_node("gpu08", int(T0) - 3 * 86400, 8, 24576.0)
+    svc.last_prune = 0
+    svc.prune(clock.t)
+    assert not store.gpu_profiles(9) and "gpu08" not in store.gpu_nodes()
+    assert store.gpu_profiles(7)[0].last_t == old.last_t and "gpu01" in store.gpu_nodes()
+
+
 def test_a_sampler_writes_its_heartbeat_to_a_table_lucidd_has_not_upgraded_yet(tmp_path):
     """A gpu_nodes table made by an older sampler lacks flushed_at: the new sampler writes what it
     can (lucidd then trusts none of the node's profiles), and the columns come with lucidd's upgrade."""
@@ -179,3 +200,39 @@ def test_a_sampler_writes_its_heartbeat_to_a_table_lucidd_has_not_upgraded_yet(t
     _run(svc, clock, 65)
     assert store.gpu_nodes()["gpu01"].flushed_at is not None
     assert _decide(store.profiling_gpu_profiles([7], "profiling").get(7))[0] == SHARED
+
+
+def test_a_profile_found_whole_stays_whole_after_a_clean_sampler_restart(tmp_path):
+    """`systemctl restart lucidd-sampler` (an upgrade) after a run ended and was seen whole: every
+    profiled job still waiting lost its packing for good, and a job lowered to shards was raised
+    again (a review). What lucidd has once found whole stays so while the rows are unchanged."""
+    store = Store(f"sqlite:///{tmp_path}/l.db").create()
+    clock = Clock(T0)
+    svc, nvml = _node(tmp_path, store, clock)
+    _run(svc, clock, 120)
+    nvml.gpus[0]["procs"] = {}
+    _run(svc, clock, 120)  # the run ended, was flushed, and a heartbeat says so
+    assert _decide(store.profiling_gpu_profiles([7], "profiling").get(7))[0] == SHARED
+    svc.close()
+    clock.t += 5
+    svc2, nvml2 = _node(tmp_path, store, clock, fresh=False)
+    nvml2.gpus[0]["procs"] = {}
+    _run(svc2, clock, 3600)
+    assert _decide(store.profiling_gpu_profiles([7], "profiling").get(7))[0] == SHARED
+    # another lucidd process (a restart) cannot know it was: the new sampler cannot vouch for it
+    fresh = Store(f"sqlite:///{tmp_path}/l.db")
+    assert "(re)started" in fresh.profiling_gpu_profiles([7], "profiling")[7].incomplete
+
+
+def test_a_heartbeat_after_its_columns_went_is_written_at_the_next_try(tmp_path):
+    """A backup from before gpu_nodes had flushed_at etc. restored (docs/deploy.md, going back):
+    every heartbeat failed ("no such column") until the sampler was restarted (a review)."""
+    store = Store(f"sqlite:///{tmp_path}/l.db").create()
+    assert store.save_gpu_node("gpu01", 100, 1, 1000.0, flushed_at=90, sampling_since=10, clock_offset_s=0.0)
+    with store.engine.begin() as c:
+        for col in ("flushed_at", "sampling_since", "clock_offset_s"):
+            c.exec_driver_sql(f"ALTER TABLE gpu_nodes DROP COLUMN {col}")
+    with pytest.raises(StoreError):
+        store.save_gpu_node("gpu01", 200, 1, 1000.0, flushed_at=190, sampling_since=10, clock_offset_s=0.0)
+    assert store.save_gpu_node("gpu01", 201, 1, 1000.0, flushed_at=190, sampling_since=10) is False
+    assert store.gpu_nodes()["gpu01"].seen_at == 201
