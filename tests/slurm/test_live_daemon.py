@@ -131,6 +131,34 @@ def test_lucid_order_as_sitefactor(clean_cluster, tmp_path, job_script, lucidd_f
     assert all("estimate x GPUs" in rows[j].order_reason for j in ids)
 
 
+def test_a_priority_pinned_by_hand_is_said_and_a_hold_and_release_gives_it_back(clean_cluster, tmp_path, job_script,
+                                                                                 lucidd_factory):
+    """`scontrol update jobid=N priority=5` takes a job out of lucidd's order for good (Slurm then
+    ignores SiteFactor): lucidd says so in its log and the job's order reason; `scontrol hold N;
+    scontrol release N` unpins it, and the reason is lucidd's again."""
+    cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
+    daemon = lucidd_factory(cfg).start().started()
+    blocker = sbatch(job_script, 120, "-w", "gpu1", "--exclusive", "--gres=gpu:8", name="blocker")
+    job = sbatch(job_script, 1, "-w", "gpu1", "--gres=gpu:1", "--comment", "lucid:noprofile", name="pinned")
+    store = Store(f"sqlite:///{tmp_path / 'state' / 'lucidd.db'}")
+
+    def reason():
+        r = store.job(job)
+        return (r.order_reason or "") if r is not None and r.site_factor else None
+
+    wait_until(lambda: reason() and "estimate x GPUs" in reason(), 30, "lucidd to order the job")
+    sh("scontrol", "update", f"jobid={job}", "priority=5")
+    wait_until(lambda: reason().startswith("pinned by hand at priority 5"), 30, "the pin to be noticed")
+    assert "scontrol hold" in reason() and "below the SiteFactor" in daemon.text()
+    sh("scontrol", "hold", str(job))
+    sh("scontrol", "release", str(job))
+    wait_until(lambda: "estimate x GPUs" in reason(), 30, "the job back in lucidd's order")
+    assert "back in lucidd's order" in daemon.text()
+    assert next(j for j in squeue() if j["job_id"] == job)["priority"] == store.job(job).site_factor
+    sh("scancel", str(blocker), str(job))
+    daemon.stop()
+
+
 def test_kill9_failopen_then_resume_without_second_requeue(clean_cluster, tmp_path, job_script, lucidd_factory):
     cfg = write_config(tmp_path / "lucidd.toml", tmp_path / "state")
     daemon = lucidd_factory(cfg).start()
