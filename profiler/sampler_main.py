@@ -48,6 +48,7 @@ class SamplerService:
         self.flushed_at: int | None = None  # the last reading the last whole flush covered
         self.clock_offset_s: float | None = None  # this node's clock less the database's
         self.said: set = set()  # warnings given once
+        self.once = False  # `lucidd-sampler --once`: a reading beside the service, which it must not speak for
         self.notifier = Notifier()
 
     def start(self):
@@ -94,9 +95,11 @@ class SamplerService:
         try:
             self._create_tables()
             self._check_clock()
+            # (`--once` beside the service vouches for nothing it did not read: the service's figures
+            # of what it has written are left as they are)
             whole = self.store.save_gpu_node(self.sampler.node, int(now), g.count or 0, g.gpu_memory_mib, g.name,
                                              g.driver, flushed_at=self.flushed_at, sampling_since=self.sampling_since,
-                                             clock_offset_s=self.clock_offset_s)
+                                             clock_offset_s=self.clock_offset_s, coverage=not self.once)
         except StoreError as exc:
             log.warning("cannot write this node's heartbeat: %s", exc)
             return False
@@ -175,7 +178,10 @@ class SamplerService:
 
     def close(self):
         self.notifier.stopping()
-        self.flush(self.clock())
+        # the last flush, and a heartbeat that says so: without it the runs that ended in the last
+        # minute before a stop were never found whole (the heartbeat is at most once a minute)
+        if self.flush(self.clock()) and self.last_reading is not None:
+            self.heartbeat(self.clock())
         self.sampler.stop()
 
 
@@ -211,6 +217,7 @@ def main(argv=None) -> int:
         print(f"lucidd-sampler: {exc}", file=sys.stderr)
         return 3
     if args.once:
+        service.once = True
         try:
             service.step()
             ok = service.flush(service.clock())

@@ -879,9 +879,12 @@ class Store:
 
     def save_gpu_node(self, node: str, seen_at: int, gpus: int, gpu_memory_mib, gpu_name: str = "", driver: str = "",
                       flushed_at: int | None = None, sampling_since: int | None = None,
-                      clock_offset_s: float | None = None) -> bool:
+                      clock_offset_s: float | None = None, coverage: bool = True) -> bool:
         """Upsert a sampler's heartbeat and its node's GPUs. Returns False when the table lacks the
-        columns of flushed_at etc. (written without them: lucidd then trusts no profile of the node)."""
+        columns of flushed_at etc. (written without them: lucidd then trusts no profile of the node).
+        `coverage=False` (`lucidd-sampler --once`, a process beside the service): flushed_at and
+        sampling_since are left as the service wrote them (its own would make every run before it
+        look incomplete, and a reading it never took look written)."""
         t = GpuNodeRow.__table__
         vals = dict(seen_at=int(seen_at), gpus=int(gpus),
                     gpu_memory_mib=None if gpu_memory_mib is None else float(gpu_memory_mib),
@@ -891,7 +894,7 @@ class Store:
                     clock_offset_s=None if clock_offset_s is None else float(clock_offset_s))
         with self._guard("read gpu_nodes"):
             have = self._gpu_node_columns()
-        vals = {k: v for k, v in vals.items() if k in have}
+        vals = {k: v for k, v in vals.items() if k in have and (coverage or k not in ("flushed_at", "sampling_since"))}
         try:
             with self.session() as s:
                 done = s.execute(update(t).where(t.c.node == node[:200]).values(**vals)).rowcount

@@ -236,3 +236,39 @@ def test_a_heartbeat_after_its_columns_went_is_written_at_the_next_try(tmp_path)
         store.save_gpu_node("gpu01", 200, 1, 1000.0, flushed_at=190, sampling_since=10, clock_offset_s=0.0)
     assert store.save_gpu_node("gpu01", 201, 1, 1000.0, flushed_at=190, sampling_since=10) is False
     assert store.gpu_nodes()["gpu01"].seen_at == 201
+
+
+def test_a_once_reading_beside_the_service_leaves_what_the_service_vouches_for(tmp_path):
+    """`lucidd-sampler --once` (an admin's look) beside the running service wrote its own
+    sampling_since: every run before it looked incomplete (a GPU check on stand-ins found it)."""
+    store = Store(f"sqlite:///{tmp_path}/l.db").create()
+    clock = Clock(T0)
+    svc, nvml = _node(tmp_path, store, clock)
+    _run(svc, clock, 120)
+    nvml.gpus[0]["procs"] = {}
+    _run(svc, clock, 120)
+    before = store.gpu_nodes()["gpu01"]
+    look, look_nvml = _node(tmp_path, store, clock, fresh=False)
+    look_nvml.gpus[0]["procs"] = {}  # (the run has ended)
+    look.once = True
+    look.step()
+    after = store.gpu_nodes()["gpu01"]
+    assert (after.flushed_at, after.sampling_since) == (before.flushed_at, before.sampling_since)
+    assert after.seen_at >= before.seen_at
+    fresh = Store(f"sqlite:///{tmp_path}/l.db")  # (not a profile this lucidd found whole already)
+    assert _decide(fresh.profiling_gpu_profiles([7], "profiling").get(7))[0] == SHARED
+
+
+def test_a_stop_writes_the_heartbeat_of_its_last_flush(tmp_path):
+    """A run that ended in the minute before the sampler's stop: its last flush was never in a
+    heartbeat (at most one a minute), so it was never found whole."""
+    store = Store(f"sqlite:///{tmp_path}/l.db").create()
+    clock = Clock(T0)
+    svc, nvml = _node(tmp_path, store, clock)
+    _run(svc, clock, 65)  # a heartbeat at the start and at 60 s
+    nvml.gpus[0]["procs"] = {}
+    _run(svc, clock, 10)
+    assert "has not written since the run ended" in store.profiling_gpu_profiles([7], "profiling")[7].incomplete
+    svc.close()
+    fresh = Store(f"sqlite:///{tmp_path}/l.db")
+    assert fresh.profiling_gpu_profiles([7], "profiling")[7].incomplete == ""
