@@ -292,6 +292,7 @@ def _without_never_start(reason: str) -> str:
 
 #: how the order reason of a job pinned by hand begins (Reconciler._note_pinned_priorities)
 PINNED_NOTE = "pinned by hand"
+_REWRITE = object()  # Reconciler._pinned: a job whose SiteFactor is to be set once more
 
 
 class Reconciler:
@@ -702,7 +703,8 @@ class Reconciler:
         packable = [j.job_id for j in waiting + releasing if j.packable]
         profiles = (self.store.profiling_gpu_profiles(packable, self.profiling,
                                                       since={jid: records[jid].first_seen for jid in packable
-                                                             if jid in records}, now=now)
+                                                             if jid in records}, now=now,
+                                                      runs={j.job_id: j.restart_count for j in waiting + releasing})
                     if packable else {})
         # only where it is used: GPU packing that takes each partition's memory from the samplers
         k = getattr(self.cfg, "packing", None)
@@ -884,6 +886,7 @@ class Reconciler:
                 self._priority_type not in (None, "priority/multifactor"):
             return  # (a dry run sets no SiteFactor; under another PriorityType every job would look pinned)
         pending = set()
+        slurm_slow = False  # a rewrite timed out this cycle: the others wait for the next (one timeout a cycle)
         for j in waiting:
             r = records.get(j.job_id)
             if r is None or not j.pending:
@@ -902,17 +905,21 @@ class Reconciler:
                 noted = (r.order_reason or "").startswith(PINNED_NOTE)
                 if j.job_id in self._pinned or noted:
                     before = self._pinned.pop(j.job_id, None)
+                    before = before if isinstance(before, str) else None
                     if noted:  # (the reason it had; after a restart of lucidd, a plain word)
                         r.order_reason = before or f"back in lucidd's order (SiteFactor {r.site_factor})"
                         changed[j.job_id] = r
                     log.info("job %s: its priority %s is back in lucidd's order (SiteFactor %s)", j.job_id,
                              j.priority, r.site_factor)
                 continue
-            if j.job_id not in self._pinned:
-                self._pinned[j.job_id] = None
-                log.warning("job %s: Slurm lists priority %s, below the SiteFactor %s lucidd set: pinned by hand "
-                            "(`scontrol update priority=`) or its SiteFactor changed by hand; lucidd sets the "
-                            "SiteFactor once more", j.job_id, j.priority, r.site_factor)
+            if self._pinned.get(j.job_id, _REWRITE) is _REWRITE:
+                if j.job_id not in self._pinned:
+                    log.warning("job %s: Slurm lists priority %s, below the SiteFactor %s lucidd set: pinned by "
+                                "hand (`scontrol update priority=`) or its SiteFactor changed by hand; lucidd sets "
+                                "the SiteFactor once more", j.job_id, j.priority, r.site_factor)
+                self._pinned[j.job_id] = _REWRITE
+                if slurm_slow:
+                    continue
                 value = r.site_factor
                 try:
                     self._act(self._key("sitefactor-again", j.job_id, records, value, int(now)), j.job_id,
@@ -924,8 +931,10 @@ class Reconciler:
                     # rewrite is tried again next cycle
                     if not exc.transient:
                         raise
-                    self._pinned.pop(j.job_id, None)
+                    slurm_slow = True
                     log.warning("job %s: SiteFactor not set again (%s): tried next cycle", j.job_id, exc)
+                    continue
+                self._pinned[j.job_id] = None  # set again: judged at the next cycle
             else:
                 note = (f"{PINNED_NOTE} at priority {j.priority} (`scontrol update priority=`): Slurm ignores its "
                         f"SiteFactor {r.site_factor}, so lucidd's order does not apply to it; `scontrol hold "

@@ -919,8 +919,12 @@ class Store:
             have = self._gpu_node_columns()
         t = GpuNodeRow.__table__
         cols = [c for c in t.columns if c.name in have]
-        with self.session() as s:
-            rows = [GpuNodeRow(**dict(r._mapping)) for r in s.execute(select(*cols))]
+        try:
+            with self.session() as s:
+                rows = [GpuNodeRow(**dict(r._mapping)) for r in s.execute(select(*cols))]
+        except StoreError:
+            self._gpu_node_cols = None  # (read again at the next try: a restored backup lacks some)
+            raise
         return {r.node: r for r in rows}
 
     def db_time(self) -> float | None:
@@ -963,7 +967,7 @@ class Store:
                                   .order_by(GpuProfileRow.first_t, GpuProfileRow.node)))
 
     def profiling_gpu_profiles(self, job_ids, partition: str, since: dict | None = None,
-                               now: float | None = None) -> dict:
+                               now: float | None = None, runs: dict | None = None) -> dict:
         """job_id -> the NVML figures of its run in `partition` (the profiling partition): the row
         with the most utilisation readings when it ran on several nodes or restarted there, with the
         most memory any of its rows held (and its rows of no partition on the same nodes).
@@ -977,12 +981,16 @@ class Store:
         behind lost every profile); without either it is compared as it is.
 
         Each profile returned has `incomplete`: "" when every reading of the run is in its rows, else
-        why not (profile_incompleteness); binder.live.share_score lets no such job share."""
+        why not (profile_incompleteness); binder.live.share_score lets no such job share. A profile
+        found whole is remembered in this Store, while its rows and `runs` (job_id -> Slurm's restart
+        count) are unchanged: a job run again in profiling whose readings were all lost (a database
+        away, then a sampler restart) leaves its rows as they were, but not its restart count."""
         ids = [int(j) for j in job_ids]
         out, rows = {}, {}
         if not ids:
             return out
         since = since or {}
+        runs_of = runs  # (`runs` is the rows of one job in the loop below)
         # the heartbeats first: a flush that a heartbeat read here reports is in the rows read after it
         beats = self.gpu_nodes()
         shift = {}  # node -> seconds its clock is ahead of the controller's
@@ -1015,7 +1023,8 @@ class Store:
             # found a 20,480 MiB row passed over for a longer one of 3,000 MiB); unknown in one, unknown
             mems = [r.gmem_mib for r in runs + unnamed]
             best.gmem_mib = None if any(m is None for m in mems) else max(mems)
-            whole = (job_id, tuple(sorted((r.node, r.first_t, r.last_t, r.samples) for r in runs + unnamed)))
+            whole = (job_id, (runs_of or {}).get(job_id),
+                     tuple(sorted((r.node, r.first_t, r.last_t, r.samples) for r in runs + unnamed)))
             best.incomplete = "" if whole in self._whole_profiles else profile_incompleteness(runs + unnamed, beats)
             if not best.incomplete:
                 if len(self._whole_profiles) > 100_000:

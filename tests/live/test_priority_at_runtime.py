@@ -177,3 +177,18 @@ def test_a_lowered_site_factor_whose_answer_was_lost_is_no_pin(tmp_path, caplog)
     assert not [r for r in caplog.records if "pinned" in r.getMessage() or "below the SiteFactor" in r.getMessage()]
     assert slurm.site_factors[2] == store.job(2).site_factor < old
     assert (2, old) not in written and written.count((2, store.job(2).site_factor)) >= 1, written
+
+
+def test_rewrites_that_time_out_cost_one_timeout_a_cycle(tmp_path):
+    """Four pinned jobs and a slurmctld that times out: each rewrite was tried in one cycle, one
+    timeout each, past lucidd-failopen's 60 s and towards systemd's watchdog (a review)."""
+    slurm, store, cycle = _pending_in_main(tmp_path, n=4)
+    for jid in (1, 2, 3, 4):
+        slurm.pinned[jid] = 5
+        slurm.fail[("sitefactor", jid)] = ("scontrol: timed out", True, False)
+    before = len([c for c in slurm.calls if c[0] == "sitefactor"])
+    cycle()
+    assert len([c for c in slurm.calls if c[0] == "sitefactor"]) == before + 1  # one try, then the next cycle
+    for _ in range(6):
+        cycle()
+    assert all(store.job(j).order_reason.startswith("pinned by hand") for j in (1, 2, 3, 4))

@@ -272,3 +272,35 @@ def test_a_stop_writes_the_heartbeat_of_its_last_flush(tmp_path):
     svc.close()
     fresh = Store(f"sqlite:///{tmp_path}/l.db")
     assert fresh.profiling_gpu_profiles([7], "profiling")[7].incomplete == ""
+
+
+def test_a_job_run_again_whose_readings_were_lost_is_not_taken_for_whole(tmp_path, monkeypatch):
+    """Run A (1.5 GiB) is found whole and remembered; the job runs again in profiling (its restart
+    count goes up) at 20 GiB while the database is away, and the sampler is restarted, losing it.
+    The rows are run A's, unchanged: remembered by rows alone it was whole, and the job let share
+    a 24 GiB GPU (a review)."""
+    store = Store(f"sqlite:///{tmp_path}/l.db").create()
+    clock = Clock(T0)
+    svc, nvml = _node(tmp_path, store, clock)
+    _run(svc, clock, 120)
+    nvml.gpus[0]["procs"] = {}
+    _run(svc, clock, 120)
+    assert _decide(store.profiling_gpu_profiles([7], "profiling", runs={7: 1}).get(7))[0] == SHARED
+    real = store.save_gpu_profiles
+
+    def down(*a, **k):
+        raise StoreError("database unavailable")
+
+    monkeypatch.setattr(store, "save_gpu_profiles", down)
+    nvml.gpus[0]["procs"] = {100: int(20 * GIB)}
+    _run(svc, clock, 300)
+    nvml.gpus[0]["procs"] = {}
+    _run(svc, clock, 30)
+    svc.close()  # its flush fails: run B is lost
+    monkeypatch.setattr(store, "save_gpu_profiles", real)
+    clock.t += 5
+    svc2, nvml2 = _node(tmp_path, store, clock, fresh=False)
+    nvml2.gpus[0]["procs"] = {}
+    _run(svc2, clock, 300)
+    assert "(re)started" in store.profiling_gpu_profiles([7], "profiling", runs={7: 2})[7].incomplete
+    assert store.profiling_gpu_profiles([7], "profiling", runs={7: 1})[7].incomplete == ""  # run A's, as found
