@@ -990,7 +990,6 @@ class Store:
         if not ids:
             return out
         since = since or {}
-        runs_of = runs  # (`runs` is the rows of one job in the loop below)
         # the heartbeats first: a flush that a heartbeat read here reports is in the rows read after it
         beats = self.gpu_nodes()
         shift = {}  # node -> seconds its clock is ahead of the controller's
@@ -1011,21 +1010,21 @@ class Store:
                     rows.setdefault(row.job_id, []).append(row)
                 s.expunge_all()  # detached: what is set below is never written back
         for job_id, found in rows.items():
-            runs = [r for r in found if r.partition == partition]
-            if not runs:
+            named = [r for r in found if r.partition == partition]
+            if not named:
                 continue
             # a row of no partition on a node of the run: the job's processes seen before any that
             # names the partition (a helper with a cleared environment); its memory counts too
-            nodes = {r.node for r in runs}
+            nodes = {r.node for r in named}
             unnamed = [r for r in found if r.partition == "" and r.node in nodes]
-            best = max(runs, key=lambda r: r.util_samples or 0)  # the first of the most, in row order
+            best = max(named, key=lambda r: r.util_samples or 0)  # the first of the most, in row order
             # the memory of every row: a run restarted on another node held as much there (a review
             # found a 20,480 MiB row passed over for a longer one of 3,000 MiB); unknown in one, unknown
-            mems = [r.gmem_mib for r in runs + unnamed]
+            mems = [r.gmem_mib for r in named + unnamed]
             best.gmem_mib = None if any(m is None for m in mems) else max(mems)
-            whole = (job_id, (runs_of or {}).get(job_id),
-                     tuple(sorted((r.node, r.first_t, r.last_t, r.samples) for r in runs + unnamed)))
-            best.incomplete = "" if whole in self._whole_profiles else profile_incompleteness(runs + unnamed, beats)
+            whole = (job_id, (runs or {}).get(job_id),
+                     tuple(sorted((r.node, r.first_t, r.last_t, r.samples) for r in named + unnamed)))
+            best.incomplete = "" if whole in self._whole_profiles else profile_incompleteness(named + unnamed, beats)
             if not best.incomplete:
                 if len(self._whole_profiles) > 100_000:
                     self._whole_profiles.clear()  # (bounded: judged again from the heartbeats)
