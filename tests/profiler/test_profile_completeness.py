@@ -50,6 +50,25 @@ def _run(svc, clock, seconds):
         clock.t += 5
 
 
+def _a_run_that_ended(tmp_path):
+    """A 2-minute profiling run of job 7, then 2 minutes without it: flushed, and in a heartbeat."""
+    store = Store(f"sqlite:///{tmp_path}/l.db").create()
+    clock = Clock(T0)
+    svc, nvml = _node(tmp_path, store, clock)
+    _run(svc, clock, 120)
+    nvml.gpus[0]["procs"] = {}
+    _run(svc, clock, 120)
+    return store, clock, svc, nvml
+
+
+def _drop_the_later_heartbeat_columns(store):
+    """gpu_nodes as before flushed_at, sampling_since and clock_offset_s (an older sampler's table,
+    or a backup restored from before them)."""
+    with store.engine.begin() as c:
+        for col in ("flushed_at", "sampling_since", "clock_offset_s"):
+            c.exec_driver_sql(f"ALTER TABLE gpu_nodes DROP COLUMN {col}")
+
+
 def test_a_profile_of_the_runs_start_only_lets_no_job_share(tmp_path):
     """The sampler dies 60 s into a 200 s run (the OOM killer, a stop): the rows hold the startup's
     4 % and 1.5 GiB, and lucidd lowered the job to one shard."""
@@ -184,9 +203,7 @@ def test_a_sampler_writes_its_heartbeat_to_a_table_lucidd_has_not_upgraded_yet(t
     """A gpu_nodes table made by an older sampler lacks flushed_at: the new sampler writes what it
     can (lucidd then trusts none of the node's profiles), and the columns come with lucidd's upgrade."""
     store = Store(f"sqlite:///{tmp_path}/l.db").create()
-    with store.engine.begin() as c:
-        for col in ("flushed_at", "sampling_since", "clock_offset_s"):
-            c.exec_driver_sql(f"ALTER TABLE gpu_nodes DROP COLUMN {col}")
+    _drop_the_later_heartbeat_columns(store)
     clock = Clock(T0)
     svc, nvml = _node(tmp_path, store, clock)
     _run(svc, clock, 35)
@@ -206,12 +223,7 @@ def test_a_profile_found_whole_stays_whole_after_a_clean_sampler_restart(tmp_pat
     """`systemctl restart lucidd-sampler` (an upgrade) after a run ended and was seen whole: every
     profiled job still waiting lost its packing for good, and a job lowered to shards was raised
     again (a review). What lucidd has once found whole stays so while the rows are unchanged."""
-    store = Store(f"sqlite:///{tmp_path}/l.db").create()
-    clock = Clock(T0)
-    svc, nvml = _node(tmp_path, store, clock)
-    _run(svc, clock, 120)
-    nvml.gpus[0]["procs"] = {}
-    _run(svc, clock, 120)  # the run ended, was flushed, and a heartbeat says so
+    store, clock, svc, nvml = _a_run_that_ended(tmp_path)  # flushed, and a heartbeat says so
     assert _decide(store.profiling_gpu_profiles([7], "profiling").get(7))[0] == SHARED
     svc.close()
     clock.t += 5
@@ -229,9 +241,7 @@ def test_a_heartbeat_after_its_columns_went_is_written_at_the_next_try(tmp_path)
     every heartbeat failed ("no such column") until the sampler was restarted (a review)."""
     store = Store(f"sqlite:///{tmp_path}/l.db").create()
     assert store.save_gpu_node("gpu01", 100, 1, 1000.0, flushed_at=90, sampling_since=10, clock_offset_s=0.0)
-    with store.engine.begin() as c:
-        for col in ("flushed_at", "sampling_since", "clock_offset_s"):
-            c.exec_driver_sql(f"ALTER TABLE gpu_nodes DROP COLUMN {col}")
+    _drop_the_later_heartbeat_columns(store)
     with pytest.raises(StoreError):
         store.save_gpu_node("gpu01", 200, 1, 1000.0, flushed_at=190, sampling_since=10, clock_offset_s=0.0)
     assert store.save_gpu_node("gpu01", 201, 1, 1000.0, flushed_at=190, sampling_since=10) is False
@@ -241,12 +251,7 @@ def test_a_heartbeat_after_its_columns_went_is_written_at_the_next_try(tmp_path)
 def test_a_once_reading_beside_the_service_leaves_what_the_service_vouches_for(tmp_path):
     """`lucidd-sampler --once` (an admin's look) beside the running service wrote its own
     sampling_since: every run before it looked incomplete (a GPU check on stand-ins found it)."""
-    store = Store(f"sqlite:///{tmp_path}/l.db").create()
-    clock = Clock(T0)
-    svc, nvml = _node(tmp_path, store, clock)
-    _run(svc, clock, 120)
-    nvml.gpus[0]["procs"] = {}
-    _run(svc, clock, 120)
+    store, clock, svc, nvml = _a_run_that_ended(tmp_path)
     before = store.gpu_nodes()["gpu01"]
     look, look_nvml = _node(tmp_path, store, clock, fresh=False)
     look_nvml.gpus[0]["procs"] = {}  # (the run has ended)
@@ -279,12 +284,7 @@ def test_a_job_run_again_whose_readings_were_lost_is_not_taken_for_whole(tmp_pat
     count goes up) at 20 GiB while the database is away, and the sampler is restarted, losing it.
     The rows are run A's, unchanged: remembered by rows alone it was whole, and the job let share
     a 24 GiB GPU (a review)."""
-    store = Store(f"sqlite:///{tmp_path}/l.db").create()
-    clock = Clock(T0)
-    svc, nvml = _node(tmp_path, store, clock)
-    _run(svc, clock, 120)
-    nvml.gpus[0]["procs"] = {}
-    _run(svc, clock, 120)
+    store, clock, svc, nvml = _a_run_that_ended(tmp_path)
     assert _decide(store.profiling_gpu_profiles([7], "profiling", runs={7: 1}).get(7))[0] == SHARED
     real = store.save_gpu_profiles
 
