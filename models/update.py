@@ -743,6 +743,8 @@ class UpdateEngine:
         self._cache: dict[str, tuple[tuple, LoadedModel]] = {}
         self._last_attempt: dict[str, dict] = {}
         self._last_drift: dict[str, dict] = {}
+        # kind -> (version, error): the current model loads but raised in predict (noted by its user)
+        self._predict_failures: dict[str, tuple[int, str]] = {}
         for rec in self.store.read_log():
             kind = rec.get("kind")
             if rec.get("event") == "refit" and isinstance(rec.get("time"), (int, float)):
@@ -779,6 +781,23 @@ class UpdateEngine:
             self._cache.pop(kind, None)
         return lm
 
+    def note_predict_failure(self, kind: str, version: int, error) -> None:
+        """The current ``kind`` model, version ``version``, loaded but could not predict (a file
+        written by another scikit-learn or InterpretML may unpickle and then fail in ``predict``):
+        a refit is due as for a model that does not load. Cleared once the current version changes."""
+        self._predict_failures[kind] = (int(version), str(error))
+
+    def _failing_current(self, kind: str) -> str | None:
+        """Why the current model counts as unusable although it loads (None: it does not)."""
+        failed = self._predict_failures.get(kind)
+        if failed is None:
+            return None
+        cur = self.current(kind)
+        if cur is None or cur.version != failed[0]:
+            self._predict_failures.pop(kind, None)  # a new version since (or none): judged afresh
+            return None
+        return failed[1]
+
     # -- schedule ---------------------------------------------------------------------------------
     def due_reason(self, now: int, kind: str = "duration") -> str | None:
         """Why a refit of ``kind`` is due at ``now`` (None: not due). See docs/models-update.md."""
@@ -805,6 +824,10 @@ class UpdateEngine:
             # although the history to refit from was at hand (a review)
             return (f"unusable: no {kind} model file in {self.store.root} loads "
                     f"({len(self.store.versions(kind))} on disk); refit now rather than at the scheduled time")
+        elif elapsed >= min(cfg.retry_s, UNUSABLE_REFIT_GAP_S) and (failing := self._failing_current(kind)):
+            # it loads, so the branch above does not see it, but every estimate is the rule of means
+            return (f"unusable: the current {kind} model v{self._predict_failures[kind][0]} cannot "
+                    f"predict ({failing}); refit now rather than at the scheduled time")
         drift = self._last_drift.get(kind)
         if (
             cfg.drift_triggers_refit

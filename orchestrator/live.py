@@ -19,6 +19,7 @@ changes or it starts starving).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -761,6 +762,9 @@ class LiveEstimator:
         except Exception as exc:  # noqa: BLE001 - a model that loads but cannot predict
             log.warning("duration model v%s cannot predict (%s): fallback estimates",
                         getattr(loaded, "version", "?"), exc)
+            with contextlib.suppress(Exception):
+                # a refit is due within the hour, not at the next scheduled one (up to a week)
+                self.engine().note_predict_failure("duration", loaded.version, exc)
             loaded = None
         try:
             if loaded is None:
