@@ -26,8 +26,10 @@
 -- through the inbox (which holds every node) one Slurm would refuse at submission ("Requested node
 -- configuration is not available") was accepted and then pended for ever (a review); users may not
 -- turn requeueing off on a job in the inbox or in profiling (its run then stayed in profiling, ahead
--- of every queue, holding the room new jobs wait for: a review).
-local LUCIDD_LUA_VERSION = 8
+-- of every queue, holding the room new jobs wait for: a review). 9: packing keeps --exclusive jobs,
+-- and jobs asking for a partition of OverSubscribe=EXCLUSIVE, on their GPU: Slurm 22.05 never starts
+-- a job of shards that has its nodes whole (it pended with Resources beside an idle node: a review).
+local LUCIDD_LUA_VERSION = 9
 
 -- GPU packing (docs/deploy.md, "GPU packing"): true turns every plain 1-GPU request into 2 shards
 -- of one GPU (a GPU of its own, as before), which lucidd may lower to 1 shard (it may then share
@@ -95,9 +97,24 @@ local function steps_ask_for_gpus(script)
   return false
 end
 
+-- Whether the job has its nodes whole: --exclusive (shared 0, JOB_SHARED_NONE; =user is 2, =mcs 3),
+-- or a partition it may run in (the ones asked for, else the default) is OverSubscribe=EXCLUSIVE
+-- (max_share 0)
+local function exclusive(job_desc, part_list)
+  if job_desc.shared == 0 then return true end
+  if part_list == nil then return false end
+  local asked = job_desc.partition
+  if unset(asked) then asked = DEFAULT end
+  for name in string.gmatch(asked, "[^,]+") do
+    local p = part_list[name]
+    if p ~= nil and p.max_share == 0 then return true end
+  end
+  return false
+end
+
 -- A plain 1-GPU batch request (--gres=gpu:1, one node, no per-GPU CPU or memory, no type, steps that
 -- name no GPU) becomes 2 shards of one GPU; anything else is left as it was asked for.
-local function to_shards(job_desc)
+local function to_shards(job_desc, part_list)
   if mentions(job_desc.tres_per_node, "shard") or mentions(job_desc.tres_per_job, "shard")
      or mentions(job_desc.tres_per_task, "shard") or mentions(job_desc.tres_per_socket, "shard") then
     -- Every 1-shard job must be one lucidd judged: a user's own could share a GPU with anyone.
@@ -137,6 +154,10 @@ local function to_shards(job_desc)
   end
   local mn = job_desc.min_nodes
   if set(mn) and mn > 1 then return slurm.SUCCESS end
+  -- Whole nodes (--exclusive, or a partition of OverSubscribe=EXCLUSIVE): Slurm 22.05 never starts
+  -- such a job of shards, not even on an idle node (it pends with Resources for ever), and lucidd
+  -- never profiles it, so never lowers it: nothing to gain. (--exclusive=user and =mcs start.)
+  if exclusive(job_desc, part_list) then return slurm.SUCCESS end
   job_desc.tres_per_job = ""
   job_desc.tres_per_node = "gres:shard:2"
   note_admin(job_desc, ORIG_TAG .. field .. "=" .. ONE_GPU)
@@ -213,7 +234,7 @@ end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
   if LUCIDD_PACKING then
-    local rc = to_shards(job_desc)
+    local rc = to_shards(job_desc, part_list)
     if rc ~= slurm.SUCCESS then return rc end
   end
   local asked = job_desc.partition
