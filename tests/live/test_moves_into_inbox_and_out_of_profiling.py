@@ -374,3 +374,46 @@ def test_a_lent_run_kept_past_its_tprof_is_reclaimed_once_a_job_has_waited_long_
     assert [c[0] for c in slurm.job_calls(40)].count("requeue") == 1
     r = store.job(40)
     assert "kept past Tprof 600 s" in r.profile_reason and "reclaimed" in r.profile_reason, r.profile_reason
+
+
+SIZE_STUB = r'''
+slurm = {SUCCESS=0, ERROR=-1, NO_VAL=4294967294, ESLURM_ACCESS_DENIED=2002, ESLURM_INVALID_NODE_COUNT=2006,
+  log_user=function(...) io.stderr:write(string.format(unpack({...}))) end, log_info=function(...) end}
+assert(loadstring(io.open(arg[1]):read("*a")))()
+-- arg[2]: -p ("" none); arg[3..5]: -N, -n, -c ("" unset, as Slurm leaves them)
+local parts = {inbox={state_up=1, total_nodes=4, total_cpus=128}, profiling={state_up=3, total_nodes=4, total_cpus=128},
+               main={state_up=3, total_nodes=4, total_cpus=128}, research={state_up=3, total_nodes=2, total_cpus=64},
+               empty={state_up=3, total_nodes=0, total_cpus=0}}
+local function n(v, unset) if v == "" then return unset end return tonumber(v) end
+local job = {partition=(arg[2] ~= "" and arg[2] or nil), script="#!/bin/bash\nsleep 1\n", requeue=65534,
+             min_nodes=n(arg[3], slurm.NO_VAL), num_tasks=n(arg[4], slurm.NO_VAL), cpus_per_task=n(arg[5], 65534),
+             time_limit=slurm.NO_VAL, het_job_offset=slurm.NO_VAL, immediate=0}
+io.write(slurm_job_submit(job, parts, 1000), " ", job.partition or "-", "\n")
+'''
+
+
+@pytest.mark.parametrize("asked,nodes,tasks,cpt,want", [
+    ("research", "3", "", "", "2006 research"),  # -N3 on a 2-node partition: refused, as plain Slurm refuses it
+    ("research", "2", "", "", "0 inbox"),
+    ("research", "", "80", "", "-1 research"),  # -n80: 80 CPUs, research has 64
+    ("research", "", "16", "4", "0 inbox"),  # 64 CPUs: it holds them
+    ("research", "", "17", "4", "-1 research"),
+    ("research,main", "3", "", "", "0 inbox"),  # main holds it
+    ("", "5", "", "", "2006 -"),  # no -p: judged against [slurm] default_partition (main, 4 nodes)
+    ("", "4", "", "", "0 -"),
+    ("empty", "3", "", "", "0 inbox"),  # a partition without nodes: left to Slurm, as before
+    ("main", "", "", "", "0 inbox"),
+])
+def test_lua_refuses_a_job_no_partition_it_asked_for_can_hold(tmp_path, asked, nodes, tasks, cpt, want):
+    """Through the inbox (which holds every node) a job its own partition could never hold was accepted
+    and then pended there for ever (PartitionNodeLimit, PartitionConfig: a review, 3 December 2026);
+    plain Slurm refuses it at submission, and so does job_submit.lua (version 9)."""
+    if shutil.which("lua5.1") is None:
+        pytest.skip("lua5.1 not installed (scripts/testcluster.sh install brings it)")
+    stub = tmp_path / "size.lua"
+    stub.write_text(SIZE_STUB)
+    out = subprocess.run(["lua5.1", str(stub), LUA, asked, nodes, tasks, cpt], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == want, (out.stdout, out.stderr)
+    if not want.startswith("0 "):
+        assert "Requested node configuration is not available" in out.stderr and "partition" in out.stderr
