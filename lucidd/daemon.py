@@ -25,6 +25,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 
 from . import __version__
@@ -84,6 +85,28 @@ def _cycle_progress(notifier, heartbeat_file: str, changes: int):
     notifier.watchdog(f"cycle under way: {changes} changes made")
 
 
+class _WatchdogBeforeSlurmCalls:
+    """SlurmRunner.before_call: a watchdog ping before each Slurm command the main thread runs (at
+    most one per `every_s`). Each command is bounded by [slurm] command_timeout_s, so a cycle of slow
+    reads is lucidd waiting, not hung; before, a cycle's three reads had no ping between them, and a
+    slurmctld slow to answer got lucidd killed by WatchdogSec and restarted into the same wall (a
+    review: 8 s reads made 24 s cycles without a ping). Other threads (the refit) never ping: they
+    must not hide a main loop that hangs."""
+
+    def __init__(self, notifier, every_s: float = 5.0, clock=time.monotonic):
+        self.notifier, self.every_s, self.clock = notifier, every_s, clock
+        self.last = None
+
+    def __call__(self, argv):
+        if threading.current_thread() is not threading.main_thread():
+            return
+        now = self.clock()
+        if self.last is not None and now - self.last < self.every_s:
+            return
+        self.last = now
+        self.notifier.watchdog(f"waiting for Slurm: {' '.join(argv[:2])}")
+
+
 class Daemon:
     def __init__(self, config, dry_run=False, backend=None, store=None, notifier=None, clock=time.time,
                  check=False, once=False):
@@ -104,6 +127,9 @@ class Daemon:
                                                bin_dir=s.bin_dir or None, timeout_s=s.command_timeout_s)
         self.store = store or Store(config.database.url, create_dir=not self.check)
         self.notifier = notifier or Notifier()
+        runner = getattr(self.backend, "runner", None)
+        if runner is not None and hasattr(runner, "before_call") and self.notifier.enabled:
+            runner.before_call = _WatchdogBeforeSlurmCalls(self.notifier)
         self.decider = load_decider(config.daemon.decider, config)
         self.reconciler = Reconciler(config, self.backend, self.store, self.decider, dry_run=self.dry_run,
                                      clock=clock)
@@ -126,6 +152,9 @@ class Daemon:
 
         check_job_submit_lua(slurm_cfg=self.cfg.slurm)  # at every start, and in the check an admin runs before one (an upgrade)
         slurm_warnings = self._check_slurm_settings()
+        if (text := watchdog_warning(self.cfg, getattr(self.notifier, "watchdog_s", None))) is not None:
+            log.warning("%s", text)
+            slurm_warnings = (slurm_warnings or []) + [text]
         try:
             if self.check:
                 self._open_for_check()
@@ -487,6 +516,21 @@ class Daemon:
             self._sleep_until(t0 + interval)
 
 
+def watchdog_warning(cfg, watchdog_s: float | None) -> str | None:
+    """lucidd pings systemd's watchdog before each Slurm command (_WatchdogBeforeSlurmCalls), and each
+    command is bounded by [slurm] command_timeout_s: one command that may take half of WatchdogSec or
+    more, with the cycle's own work around it, can outlast it, and a slow slurmctld (not a hung lucidd)
+    then gets lucidd killed with SIGABRT, with no orderly stop, and restarted into the same wall (a
+    review). Said at start; the config allows command_timeout_s up to 600 s."""
+    if not watchdog_s:
+        return None
+    if 2 * cfg.slurm.command_timeout_s < watchdog_s:
+        return None
+    return (f"[slurm] command_timeout_s = {cfg.slurm.command_timeout_s:g}: one Slurm command may take that long, "
+            f"not under half of systemd's WatchdogSec ({watchdog_s:g} s): a slow slurmctld would get lucidd "
+            f"killed by the watchdog; keep command_timeout_s under {watchdog_s / 2:g} s or raise WatchdogSec")
+
+
 def running_config(cfg) -> dict:
     """A config's values as lucidd records them at start (the database URL left out: status shows it
     with its password hidden)."""
@@ -673,13 +717,16 @@ def failopen_main(argv=None) -> int:
 
     # Lenient: the last line of defence must not stay shut over a key it does not need (a newer
     # lucidd's key after a rollback, a misspelling that also stops lucidd itself).
-    from .live.config import load_config_lenient
+    from .live.config import load_config_failopen
 
-    try:
-        cfg, ignored = load_config_lenient(args.config)
-    except ConfigError as exc:
-        print(f"lucidd-failopen: config error: {exc}", file=sys.stderr)
-        return 2
+    # A config it cannot use as it is (not valid TOML, a bad [daemon] or [slurm] value) is exit 2, said
+    # at every run, but never a reason to leave the inbox shut: it goes on with what the file gives
+    # validly, defaults and job_submit.lua's partition names (before, it opened nothing, and jobs
+    # waited PartitionDown in the inbox for as long as the file stayed broken and lucidd stopped)
+    cfg, ignored, config_error = load_config_failopen(args.config, _job_submit_lua_names())
+    if config_error is not None:
+        print(f"lucidd-failopen: config error: {config_error} (going on with defaults for what it cannot read: "
+              f"heartbeat {cfg.daemon.heartbeat_file}, inbox {cfg.slurm.inbox_partition})", file=sys.stderr)
     _setup_logging(cfg.daemon.log_level)
     age = heartbeat_age(cfg.daemon.heartbeat_file)
     bound = cfg.daemon.failopen_after_s
@@ -692,7 +739,7 @@ def failopen_main(argv=None) -> int:
                                         "lucidd-failopen: %s: ignored (lucidd itself refuses it): %s",
                                         args.config, text)
     if not acting:
-        return 0
+        return 2 if config_error is not None else 0
     why = ("--force" if args.force else "no heartbeat file" if age is None
            else f"lucidd's heartbeat is dated {-age:.0f} s ahead of this clock (it stepped back)" if age < 0
            else f"lucidd's heartbeat is {age:.0f} s old (> {bound:g} s)")
@@ -707,7 +754,17 @@ def failopen_main(argv=None) -> int:
         return 1
     if not lines:
         logging.getLogger("lucidd").debug("fail-open: nothing held (%s)", why)
-    return 0
+    return 2 if config_error is not None else 0
+
+
+def _job_submit_lua_names() -> dict:
+    """INBOX, PROFILING and DEFAULT as job_submit.lua beside slurm.conf names them ({} if unreadable)."""
+    conf = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    try:
+        with open(os.path.join(os.path.dirname(conf), "job_submit.lua"), encoding="utf-8", errors="replace") as f:
+            return dict(_LUA_NAME_RE.findall(f.read()))
+    except OSError:
+        return {}
 
 
 if __name__ == "__main__":

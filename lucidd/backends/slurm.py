@@ -66,6 +66,9 @@ class SlurmRunner:
         self.calls = Counter()  # command -> calls made
         self.failures = Counter()
         self.seconds = 0.0
+        # called with the argv before each command (the daemon feeds systemd's watchdog there: a
+        # cycle of slow but bounded Slurm reads is not a hang); its errors never stop the command
+        self.before_call = None
 
     def executable(self, command: str) -> str:
         if self.bin_dir:
@@ -86,6 +89,11 @@ class SlurmRunner:
             raise ValueError("argv must be a non-empty list of strings")
         command = argv[0]
         full = [self.executable(command), *argv[1:]]
+        if self.before_call is not None:
+            try:
+                self.before_call(argv)
+            except Exception:  # noqa: BLE001 - a hook's failure is not the command's
+                log.debug("before_call hook failed", exc_info=True)
         self.calls[command] += 1
         t0 = time.perf_counter()
         try:

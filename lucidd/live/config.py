@@ -363,6 +363,47 @@ def load_config_lenient(path: str) -> tuple[Config, list]:
         raise ConfigError(f"{path}: {exc}") from None
 
 
+def load_config_failopen(path: str, lua_names: dict | None = None) -> tuple[Config, list, ConfigError | None]:
+    """For lucidd-failopen: (Config, ignored, error). `error` is None when the file passes
+    load_config_lenient. Otherwise (not valid TOML, a bad [daemon] or [slurm] value) the Config is
+    still the best one the file allows: each [daemon]/[slurm] key that passes on its own is kept,
+    the others get their defaults, and a partition name the file does not give validly is taken
+    from `lua_names` (job_submit.lua's INBOX/PROFILING/DEFAULT: the partitions jobs are routed
+    through). The guard then still opens the inbox when the heartbeat says lucidd is away: a broken
+    config had left every new job PartitionDown in the inbox while lucidd was stopped (a review:
+    a TOML typo, `systemctl restart lucidd`, then `scontrol reconfigure`)."""
+    try:
+        cfg, ignored = load_config_lenient(path)
+        return cfg, ignored, None
+    except ConfigError as exc:
+        error = exc
+    try:
+        raw = read_toml(path)
+    except ConfigError:
+        raw = {}
+    kept: dict = {}
+    for section in FAILOPEN_SECTIONS:
+        given = raw.get(section) if isinstance(raw, dict) else None
+        for key, value in (given.items() if isinstance(given, dict) else ()):
+            if key not in SCHEMA[section]:
+                continue
+            try:
+                config_from_dict({section: {key: value}}, path, lenient=[])
+            except ConfigError:
+                continue
+            kept.setdefault(section, {})[key] = value
+    names = {"INBOX": "inbox_partition", "PROFILING": "profiling_partition", "DEFAULT": "default_partition"}
+    for const, key in names.items():
+        if (lua_names or {}).get(const) and key not in kept.get("slurm", {}):
+            kept.setdefault("slurm", {})[key] = lua_names[const]
+    try:
+        cfg = config_from_dict(kept, path, lenient=[])
+    except ConfigError:  # the kept names contradict each other: every default but the heartbeat's
+        d = {k: v for k, v in kept.get("daemon", {}).items() if k in ("state_dir", "heartbeat_file")}
+        cfg = config_from_dict({"daemon": d}, path, lenient=[])
+    return cfg, [], error
+
+
 def load_config_and_toml(path: str) -> tuple[Config, dict]:
     """The checked Config and the file's own TOML (which keys it sets: `simulate --config`)."""
     raw = read_toml(path)

@@ -391,7 +391,10 @@ def test_lucidd_database_url_that_cannot_be_used_exits_2(tmp_path, url):
 
 def test_failopen_bad_config_exits_2(tmp_path):
     p = tmp_path / "lucidd.toml"
-    p.write_text("[daemon]\nfailopen_after_s = 1\n")
+    # a fresh heartbeat: a broken config is said (exit 2) and, with lucidd live, nothing is opened
+    # (a stale one fails open with the file's valid keys: tests/live/test_failopen_cli.py)
+    p.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\nfailopen_after_s = 1\n')
+    (tmp_path / "heartbeat").write_text("")
     r = subprocess.run([str(LUCIDD.with_name("lucidd-failopen")), "--config", str(p)], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "[daemon] failopen_after_s" in r.stderr

@@ -193,13 +193,46 @@ def test_one_release_failing_does_not_stop_the_others(setup):
     assert "could not release" in r.stderr and "the open inbox runs them" in r.stderr
 
 
-def test_bad_config_calls_nothing(tmp_path):
-    fake = FakeSlurm(tmp_path / "bin").cluster()
-    cfg = tmp_path / "lucidd.toml"
-    cfg.write_text(f'[slurm]\nbin_dir = "{fake.bin}"\n[daemon]\nfailopen_after_s = "60"\n')
+def test_bad_config_with_a_fresh_heartbeat_says_so_and_calls_nothing(setup):
+    fake, cfg, hb = setup
+    fake.cluster()
+    cfg.write_text(cfg.read_text().replace("failopen_after_s = 60", 'failopen_after_s = "60"'))
+    touch(hb, age_s=5)
     r = run(cfg)
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "[daemon] failopen_after_s" in r.stderr
     assert fake.calls() == []
+
+
+@pytest.mark.parametrize("fault", ["daemon_value", "slurm_value", "not_toml"])
+def test_a_broken_config_never_keeps_the_inbox_shut(setup, tmp_path, fault):
+    """A review: a config lucidd-failopen could not use (a TOML typo, a bad [daemon] or [slurm] value)
+    made it exit 2 and open nothing, every 15 s; with lucidd stopped (exit 2 on the same file) and the
+    inbox DOWN again (`scontrol reconfigure`, a slurmctld restart), every new job waited there
+    PartitionDown for as long as the file stayed broken. It still says so (exit 2), and fails open
+    with what it can read: the file's valid keys, defaults, job_submit.lua's partition names."""
+    fake, cfg, hb = setup
+    fake.cluster(squeue="squeue_inbox.json", partitions="partitions_inbox_down.txt")
+    text = cfg.read_text()
+    env = env_without_slurm()
+    if fault == "daemon_value":
+        cfg.write_text(text.replace("failopen_after_s = 60", "failopen_after_s = 2"))
+        touch(hb, age_s=3600)
+    elif fault == "slurm_value":
+        cfg.write_text(text.replace("command_timeout_s = 10", 'command_timeout_s = "x"'))
+        touch(hb, age_s=3600)
+    else:  # nothing readable: the Slurm commands on PATH, the partition names from job_submit.lua
+        cfg.write_text(text + "interval_s = = 3\n")
+        etc = tmp_path / "etc"
+        etc.mkdir()
+        (etc / "slurm.conf").write_text("")
+        (etc / "job_submit.lua").write_text('local INBOX = "inbox"\nlocal PROFILING = "profiling"\n'
+                                            'local DEFAULT = "main"\n')
+        env = env_without_slurm(PATH=f"{fake.bin}:{os.environ['PATH']}", SLURM_CONF=str(etc / "slurm.conf"))
+    r = subprocess.run([str(FAILOPEN), "--config", str(cfg)], capture_output=True, text=True, timeout=120,
+                       env=env, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2, r.stderr
+    assert "config error" in r.stderr.splitlines()[0], r.stderr
+    assert fake.calls() == SNAPSHOT + INBOX_RELEASE, r.stderr
 
 
 def test_in_process_entry_point(setup, monkeypatch):
@@ -247,7 +280,60 @@ def test_keys_it_does_not_need_never_keep_the_inbox_shut(setup):
     assert fake.calls() == SNAPSHOT + INBOX_RELEASE
     for key in ("[daemon] future_key", "[profiler] lend_idle_gpus_v9", "[profiler] tprof_s", "[future_section]"):
         assert key in r.stderr, (key, r.stderr)
-    # what it needs must still be right: a bad [slurm] value is an error (exit 2, nothing called)
+    # what it needs must still be right: a bad [slurm] value is an error (exit 2), yet it still fails
+    # open with the key's default (test_a_broken_config_never_keeps_the_inbox_shut)
     cfg.write_text(cfg.read_text().replace("command_timeout_s = 10", 'command_timeout_s = "x"'))
     r = run(cfg)
-    assert r.returncode == 2 and "command_timeout_s" in r.stderr and fake.calls() == SNAPSHOT + INBOX_RELEASE
+    assert r.returncode == 2 and "command_timeout_s" in r.stderr
+
+
+def test_a_command_timeout_that_outlasts_the_watchdog_is_said(tmp_path):
+    """A review: three reads of 8 s made a 24 s cycle with no watchdog ping between them; with
+    command_timeout_s = 60 (allowed), a slow slurmctld outlasts WatchdogSec=120s and systemd kills lucidd."""
+    from lucidd.daemon import watchdog_warning
+    from lucidd.live.config import load_config
+
+    cfg = tmp_path / "lucidd.toml"
+    cfg.write_text(f'[slurm]\ncommand_timeout_s = 60\n[daemon]\nstate_dir = "{tmp_path}"\n')
+    text = watchdog_warning(load_config(str(cfg)), 120.0)
+    assert text is not None and "command_timeout_s = 60" in text and "WatchdogSec" in text
+    assert watchdog_warning(load_config(str(cfg)), None) is None  # not under systemd's watchdog
+    cfg.write_text(f'[slurm]\ncommand_timeout_s = 30\n[daemon]\nstate_dir = "{tmp_path}"\n')
+    assert watchdog_warning(load_config(str(cfg)), 120.0) is None  # the defaults are fine
+
+
+def test_the_watchdog_hears_of_lucidd_before_each_slurm_command(tmp_path):
+    """A review: a cycle's three Slurm reads had no watchdog ping between them, so a slurmctld slow
+    to answer (bounded reads, lucidd waiting, not hung) got lucidd killed by WatchdogSec. A ping now
+    goes before each command the main thread runs, at most one per 5 s; other threads never ping
+    (they must not hide a hung main loop), and a failing hook never fails the command."""
+    import threading
+
+    from lucidd.backends.slurm import SlurmRunner
+    from lucidd.daemon import _WatchdogBeforeSlurmCalls
+
+    pings, now = [], [0.0]
+
+    class Notifier:
+        def watchdog(self, status=""):
+            pings.append(status)
+
+    runner = SlurmRunner()
+    runner.before_call = _WatchdogBeforeSlurmCalls(Notifier(), every_s=5, clock=lambda: now[0])
+    runner.run(["true"])
+    now[0] = 2
+    runner.run(["true"])  # within 5 s of the last ping: none
+    now[0] = 6
+    runner.run(["true", "x"])
+    assert pings == ["waiting for Slurm: true", "waiting for Slurm: true x"]
+    now[0] = 60
+    t = threading.Thread(target=runner.run, args=(["true"],))
+    t.start()
+    t.join()
+    assert len(pings) == 2  # the refit thread's commands never ping
+
+    def broken(argv):
+        raise RuntimeError("socket gone")
+
+    runner.before_call = broken
+    assert runner.run(["echo", "ok"]).strip() == "ok"
