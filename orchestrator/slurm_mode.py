@@ -773,7 +773,11 @@ class LucidOnSlurm:
                 orig.end_time = end
                 orig.attrs["profiler_end"] = end
                 orig.attrs["profiler_finished"] = True
-                orig.attrs["decision"] = f"finished inside the profiler's {self.p.tprof_s}s limit"
+                # a lent run, or one kept past Tprof as one of the oldest, had long_tprof_s (the row's
+                # profile_reason says so; this said Tprof: a review)
+                ran = end - job.attrs.get("profiler_start", orig.attrs.get("profiler_start", end))
+                limit = (self.p.long_tprof_s if self.recs[seq].lent or ran > self.p.tprof_s else self.p.tprof_s)
+                orig.attrs["decision"] = f"finished inside the profiler's {max(limit, self.p.tprof_s)}s limit"
                 self.recs[seq].profile = "finished"
                 self.stats.finished_in_profiler += 1
                 self.done += 1

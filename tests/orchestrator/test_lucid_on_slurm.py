@@ -565,3 +565,14 @@ def test_without_packing_the_third_job_waits_for_a_whole_gpu():
     a, c = jobs["A"], jobs["C"]
     assert stats.packed == 0 and not c.was_shared and not c.attrs.get("_lowered")
     assert c.start_time == a.end_time == 3221
+
+
+def test_a_lent_run_that_ends_past_tprof_names_the_limit_it_had():
+    # a review: jobs_lucid.csv said "finished inside the profiler's 200s limit" beside a profile_reason
+    # of the lent run's long_tprof_s; a lent run of 500 s ends inside its 1,000 s limit
+    rows = [("fill", 6, 0, 10_000, 10_000, "a"), ("big", 8, 15, 100, 100, "a"), ("p", 1, 25, 500, 500, "a")]
+    r, _ = replay(rows, vcs={"a": 1, "b": 1}, nprof=4, prof_lend=1, prof_long_tprof=1000)
+    assert r.loc["p", "profiler_finished"] and r.loc["p", "profiler_node"] == "b:0"
+    assert r.loc["p", "decision"] == "finished inside the profiler's 1000s limit", r.loc["p", "decision"]
+    short = [("s", 2, 3, 150, 900)]
+    assert replay(short)[0].loc["s", "decision"] == "finished inside the profiler's 200s limit"
