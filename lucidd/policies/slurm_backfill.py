@@ -36,6 +36,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from itertools import accumulate
 
+import numpy as np
+
 from ..cluster import place_consolidated
 from ..errors import ConfigError
 from .base import Policy, SchedulingView, Start
@@ -246,6 +248,87 @@ class _Profile:
         return None
 
 
+# From this many node-steps on, the numpy profile (_ArrayProfile) is the faster one: a review timed
+# a 10,000-GPU cluster (312 nodes a partition, hundreds of limit ends) at 220 s for 10,000 jobs
+# with the lists, where FIFO took 1.5 s. Below it the lists win (numpy's cost per call).
+ARRAY_PROFILE_FROM = 2048
+
+
+class _ArrayProfile:
+    """_Profile's step function as a numpy array (nodes x steps), for large partitions. The same
+    answers as _Profile, step for step (tests/core/test_slurm_baseline.py compares the two)."""
+
+    __slots__ = ("times", "cols", "gpn")
+
+    def __init__(self, now: int, free_now, releases, gpn: int):
+        self.gpn = gpn
+        ends = sorted({t for t, _ in releases})
+        self.times = [now, *ends]
+        row = {t: i for i, t in enumerate(ends, 1)}
+        delta = np.zeros((len(free_now), len(ends) + 1), dtype=np.int64)
+        delta[:, 0] = free_now
+        for t, layout in releases:
+            r = row[t]
+            for node, n in layout:
+                delta[node, r] += n
+        self.cols = np.cumsum(delta, axis=1)
+
+    def _split(self, t: int) -> int:
+        times = self.times
+        i = bisect.bisect_left(times, t)
+        if i < len(times) and times[i] == t:
+            return i
+        times.insert(i, t)
+        self.cols = np.insert(self.cols, i, self.cols[:, i - 1], axis=1)
+        return i
+
+    def take(self, start: int, end: int, layout) -> None:
+        i = self._split(start)
+        j = self._split(end)
+        for node, n in layout:
+            self.cols[node, i:j] -= n
+
+    def _window_min(self, i: int, end_time: int) -> list:
+        j = bisect.bisect_left(self.times, end_time)
+        if j <= i:  # an empty window: min() of nothing raised in _Profile, never reached
+            raise ValueError("empty window")
+        return self.cols[:, i:j].min(axis=1).tolist()
+
+    def place_now(self, gpu_num: int, limit: int):
+        return place_consolidated(self._window_min(0, self.times[0] + limit), gpu_num, self.gpn)
+
+    def _first_short(self, at_least: int) -> np.ndarray:
+        """[n, r]: the first step from r on where node n has fewer than `at_least` free (k: none)."""
+        k = len(self.times)
+        idx = np.where(self.cols < at_least, np.arange(k), k)
+        return np.minimum.accumulate(idx[:, ::-1], axis=1)[:, ::-1]
+
+    def earliest(self, gpu_num: int, limit: int, horizon: int):
+        times, gpn = self.times, self.gpn
+        t = np.asarray(times, dtype=np.int64)
+        ends = np.searchsorted(t, t + limit, side="left")  # the window [t_r, t_r + limit) is steps r..ends[r]-1
+        within = t <= horizon
+        if gpu_num <= gpn:
+            # a start at step r on node n: free there (at r itself, even for a zero limit) and through
+            # the window, or to the last step, which lasts forever
+            nxt = self._first_short(gpu_num)
+            fits = (nxt > np.arange(len(times))) & (nxt >= ends)
+            starts = np.flatnonzero(fits.any(axis=0) & within)
+            if not starts.size:
+                return None
+            r = int(starts[0])
+            return times[r], place_consolidated(self._window_min(r, times[r] + limit), gpu_num, gpn)
+        whole, rem = divmod(gpu_num, gpn)
+        ok = (self._first_short(gpn) >= ends).sum(axis=0) >= whole
+        if rem:
+            ok &= (self._first_short(rem) >= ends).sum(axis=0) > whole
+        starts = np.flatnonzero(ok & within)
+        if not starts.size:
+            return None
+        r = int(starts[0])
+        return times[r], place_consolidated(self._window_min(r, times[r] + limit), gpu_num, gpn)
+
+
 class _Frontier:
     """(gpu_num, limit) pairs known to fail on a profile that only shrinks: any job at least as
     large in both fails too (consolidated placement needs more of every count as a job grows, and
@@ -386,7 +469,9 @@ class SlurmBackfill(Policy):
                     # end it there; the replay lets it finish and plans its GPUs free a second later
                     releases = [(max(t, now + 1), lay) for t, lay in releases]
                 assert all(t > now for t, _ in releases), "a running job outlived its time limit"
-                profile = _Profile(now, free, releases, gpn)
+                steps = len({t for t, _ in releases}) + 1
+                profile = (_ArrayProfile if len(free) * steps >= ARRAY_PROFILE_FROM else _Profile)(
+                    now, free, releases, gpn)
             layout = profile.place_now(g, lim)
             while layout is not None and deferred:
                 d_job, d_lim = deferred.popleft()

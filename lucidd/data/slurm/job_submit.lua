@@ -29,8 +29,8 @@
 -- of every queue, holding the room new jobs wait for: a review). 9: packing keeps --exclusive jobs,
 -- and jobs asking for a partition of OverSubscribe=EXCLUSIVE, on their GPU: Slurm 22.05 never starts
 -- a job of shards that has its nodes whole (it pended with Resources beside an idle node: a review);
--- a job no partition it asked for can hold (more nodes or CPUs than it has) is refused at
--- submission, as plain Slurm refuses it (through the inbox it was accepted and pended for ever).
+-- a job no partition it asked for can hold (more nodes than it has) is refused at submission, as
+-- plain Slurm refuses it (through the inbox it was accepted and pended for ever).
 local LUCIDD_LUA_VERSION = 9
 
 -- GPU packing (docs/deploy.md, "GPU packing"): true turns every plain 1-GPU request into 2 shards
@@ -106,7 +106,7 @@ local function exclusive(job_desc, part_list)
   if job_desc.shared == 0 then return true end
   if part_list == nil then return false end
   local asked = job_desc.partition
-  if unset(asked) then asked = DEFAULT end
+  if unset(asked) or asked == INBOX then asked = DEFAULT end
   for name in string.gmatch(asked, "[^,]+") do
     local p = part_list[name]
     if p ~= nil and p.max_share == 0 then return true end
@@ -225,37 +225,25 @@ local function default_time_of(job_desc, part_list, part)
 end
 
 -- Why no partition of the list `asked` can ever hold the job (nil: one can, or part_list does not
--- say): more nodes (-N) than the partition has, or more CPUs (-n x -c) than all its nodes together.
--- Plain Slurm refuses such a job at submission ("Node count specification invalid", "Requested node
--- configuration is not available"); routed into the inbox, which holds every node, it was accepted
--- and then pended for ever in its partition (PartitionNodeLimit, PartitionConfig: a review).
+-- say): more nodes (-N) than the partition has. Plain Slurm refuses such a job at submission ("Node
+-- count specification invalid"); routed into the inbox, which holds every node, it was accepted and
+-- then pended for ever in its partition (PartitionNodeLimit: a review). CPUs are not judged here:
+-- with --overcommit Slurm takes more tasks than CPUs, and 22.05 does not show job_submit.lua that flag.
 local function no_partition_holds(job_desc, part_list, asked)
   if part_list == nil then return nil end
   local nodes = job_desc.min_nodes
-  if not set(nodes) then nodes = 1 end
-  local tasks, per_task = job_desc.num_tasks, job_desc.cpus_per_task
-  if not set(tasks) or tasks < 1 then tasks = 1 end
-  -- unset is NO_VAL16 (65534), which is no request
-  if per_task == nil or per_task < 1 or per_task >= 65534 then per_task = 1 end
-  local why, code = nil, nil
+  if not set(nodes) then return nil end
+  local why = nil
   for name in string.gmatch(asked, "[^,]+") do
     local p = part_list[name]
     local have_nodes = p ~= nil and tonumber(p.total_nodes) or nil
-    local have_cpus = p ~= nil and tonumber(p.total_cpus) or nil
-    if have_nodes == nil or have_nodes < 1 or have_cpus == nil or have_cpus < 1 then
+    if have_nodes == nil or have_nodes < 1 then
       return nil  -- not known (or an empty partition, which Slurm itself judges): not refused here
     end
-    if nodes > have_nodes then
-      why = string.format("%d nodes asked for, partition %s has %d", nodes, name, have_nodes)
-      code = slurm.ESLURM_INVALID_NODE_COUNT
-    elseif tasks * per_task > have_cpus then
-      why = string.format("%d CPUs asked for, partition %s has %d", tasks * per_task, name, have_cpus)
-      code = nil
-    else
-      return nil
-    end
+    if nodes <= have_nodes then return nil end
+    why = string.format("%d nodes asked for, partition %s has %d", nodes, name, have_nodes)
   end
-  return why, code or slurm.ERROR
+  return why, slurm.ESLURM_INVALID_NODE_COUNT or slurm.ERROR
 end
 
 -- `asked` without lucidd's own partitions: left to Slurm, a job must not go into profiling (it runs
@@ -300,7 +288,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     slurm.log_user("invalid partition specified: '%s' (no such partition, or not one you may use)", bad)
     return slurm.ESLURM_INVALID_PARTITION_NAME or slurm.ERROR
   end
-  local too_big, code = no_partition_holds(job_desc, part_list, without_lucidds(asked))
+  local own = without_lucidds(asked)
+  local too_big, code = no_partition_holds(job_desc, part_list, own ~= "" and own or DEFAULT)
   if too_big ~= nil then
     slurm.log_user("Requested node configuration is not available (%s)", too_big)
     return code
