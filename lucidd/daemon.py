@@ -85,6 +85,9 @@ def _cycle_progress(notifier, heartbeat_file: str, changes: int):
     notifier.watchdog(f"cycle under way: {changes} changes made")
 
 
+PING_EVERY_S = 5.0  # the most often lucidd pings the watchdog before Slurm commands
+
+
 class _WatchdogBeforeSlurmCalls:
     """SlurmRunner.before_call: a watchdog ping before each Slurm command the main thread runs (at
     most one per `every_s`). Each command is bounded by [slurm] command_timeout_s, so a cycle of slow
@@ -93,7 +96,8 @@ class _WatchdogBeforeSlurmCalls:
     review: 8 s reads made 24 s cycles without a ping). Other threads (the refit) never ping: they
     must not hide a main loop that hangs."""
 
-    def __init__(self, notifier, every_s: float = 5.0, clock=time.monotonic):
+    def __init__(self, notifier, every_s: float = None, clock=time.monotonic):
+        every_s = PING_EVERY_S if every_s is None else every_s
         self.notifier, self.every_s, self.clock = notifier, every_s, clock
         self.last = None
 
@@ -524,11 +528,13 @@ def watchdog_warning(cfg, watchdog_s: float | None) -> str | None:
     review). Said at start; the config allows command_timeout_s up to 600 s."""
     if not watchdog_s:
         return None
-    if 2 * cfg.slurm.command_timeout_s < watchdog_s:
+    # (pings come at most every PING_EVERY_S: one command may start just before the next is due)
+    if 2 * cfg.slurm.command_timeout_s < watchdog_s and cfg.slurm.command_timeout_s + PING_EVERY_S < watchdog_s:
         return None
+    keep = min(watchdog_s / 2, watchdog_s - PING_EVERY_S)
     return (f"[slurm] command_timeout_s = {cfg.slurm.command_timeout_s:g}: one Slurm command may take that long, "
-            f"not under half of systemd's WatchdogSec ({watchdog_s:g} s): a slow slurmctld would get lucidd "
-            f"killed by the watchdog; keep command_timeout_s under {watchdog_s / 2:g} s or raise WatchdogSec")
+            f"too much of systemd's WatchdogSec ({watchdog_s:g} s): a slow slurmctld would get lucidd "
+            f"killed by the watchdog; keep command_timeout_s under {max(keep, 0):g} s or raise WatchdogSec")
 
 
 def running_config(cfg) -> dict:

@@ -787,8 +787,9 @@ class UpdateEngine:
         a refit is due as for a model that does not load. Cleared once the current version changes."""
         self._predict_failures[kind] = (int(version), str(error))
 
-    def _failing_current(self, kind: str) -> str | None:
-        """Why the current model counts as unusable although it loads (None: it does not)."""
+    def _failing_current(self, kind: str) -> tuple[int, str] | None:
+        """(version, error) when the current model counts as unusable although it loads, else None.
+        (One read of the dict: the cycle thread notes failures while the refit thread asks.)"""
         failed = self._predict_failures.get(kind)
         if failed is None:
             return None
@@ -796,7 +797,7 @@ class UpdateEngine:
         if cur is None or cur.version != failed[0]:
             self._predict_failures.pop(kind, None)  # a new version since (or none): judged afresh
             return None
-        return failed[1]
+        return failed
 
     # -- schedule ---------------------------------------------------------------------------------
     def due_reason(self, now: int, kind: str = "duration") -> str | None:
@@ -826,8 +827,9 @@ class UpdateEngine:
                     f"({len(self.store.versions(kind))} on disk); refit now rather than at the scheduled time")
         elif elapsed >= min(cfg.retry_s, UNUSABLE_REFIT_GAP_S) and (failing := self._failing_current(kind)):
             # it loads, so the branch above does not see it, but every estimate is the rule of means
-            return (f"unusable: the current {kind} model v{self._predict_failures[kind][0]} cannot "
-                    f"predict ({failing}); refit now rather than at the scheduled time")
+            version, error = failing
+            return (f"unusable: the current {kind} model v{version} cannot "
+                    f"predict ({error}); refit now rather than at the scheduled time")
         drift = self._last_drift.get(kind)
         if (
             cfg.drift_triggers_refit

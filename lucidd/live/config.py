@@ -363,6 +363,31 @@ def load_config_lenient(path: str) -> tuple[Config, list]:
         raise ConfigError(f"{path}: {exc}") from None
 
 
+def _toml_line_by_line(path: str) -> dict:
+    """What a file that is not valid TOML says line by line: {section: {key: value}} of each one-line
+    `key = value` that parses on its own under the `[section]` above it ({} if unreadable)."""
+    out: dict = {}
+    section = None
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        text = line.strip()
+        if text.startswith("[") and text.endswith("]") and not text.startswith("[["):
+            section = text[1:-1].strip()
+            continue
+        if section is None or "=" not in text or text.startswith("#"):
+            continue
+        try:
+            one = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            continue
+        out.setdefault(section, {}).update(one)
+    return out
+
+
 def load_config_failopen(path: str, lua_names: dict | None = None) -> tuple[Config, list, ConfigError | None]:
     """For lucidd-failopen: (Config, ignored, error). `error` is None when the file passes
     load_config_lenient. Otherwise (not valid TOML, a bad [daemon] or [slurm] value) the Config is
@@ -380,7 +405,10 @@ def load_config_failopen(path: str, lua_names: dict | None = None) -> tuple[Conf
     try:
         raw = read_toml(path)
     except ConfigError:
-        raw = {}
+        # not TOML as a whole: each line that is TOML on its own, under its [section] (a custom
+        # heartbeat_file or state_dir read as the default had failopen find no heartbeat and open
+        # the inbox behind a live lucidd at every run: a review)
+        raw = _toml_line_by_line(path)
     kept: dict = {}
     for section in FAILOPEN_SECTIONS:
         given = raw.get(section) if isinstance(raw, dict) else None

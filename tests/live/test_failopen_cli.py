@@ -235,6 +235,21 @@ def test_a_broken_config_never_keeps_the_inbox_shut(setup, tmp_path, fault):
     assert fake.calls() == SNAPSHOT + INBOX_RELEASE, r.stderr
 
 
+def test_a_config_that_is_not_toml_still_finds_a_live_lucidds_heartbeat(setup):
+    """A review: a file that does not parse as a whole read as every default, so a lucidd with a
+    state_dir of its own, live, had failopen find no heartbeat and open the inbox behind it at every
+    run. Each line that is TOML on its own is read under its section: the heartbeat is found."""
+    fake, cfg, hb = setup
+    fake.cluster(squeue="squeue_inbox.json", partitions="partitions_inbox_down.txt")
+    cfg.write_text(cfg.read_text() + "interval_s = = 3\n")
+    touch(hb, age_s=5)
+    r = run(cfg)
+    assert r.returncode == 2 and "config error" in r.stderr and fake.calls() == [], r.stderr
+    touch(hb, age_s=3600)  # lucidd away: it fails open, with the file's own bin_dir
+    r = run(cfg)
+    assert r.returncode == 2 and fake.calls() == SNAPSHOT + INBOX_RELEASE, r.stderr
+
+
 def test_in_process_entry_point(setup, monkeypatch):
     """failopen_main() itself (what the console script calls), with a fresh and a stale heartbeat."""
     fake, cfg, hb = setup
