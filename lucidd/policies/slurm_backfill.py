@@ -146,6 +146,21 @@ class SlurmConfig:
             raise ConfigError(f"bf_window_s must not be negative, got {self.bf_window_s}")
 
 
+def _steps(now: int, releases) -> tuple[list, dict]:
+    """A profile's step times (now, then each distinct release time) and each release time's step."""
+    ends = sorted({t for t, _ in releases})
+    return [now, *ends], {t: i for i, t in enumerate(ends, 1)}
+
+
+def _new_step(times: list, t: int) -> tuple[int, bool]:
+    """(the step that starts at `t`, whether it is new): `t` is inserted into `times` if missing."""
+    i = bisect.bisect_left(times, t)
+    if i < len(times) and times[i] == t:
+        return i, False
+    times.insert(i, t)
+    return i, True
+
+
 class _Profile:
     """Future free GPUs per node as a step function of time, from time limits.
 
@@ -160,10 +175,8 @@ class _Profile:
     def __init__(self, now: int, free_now, releases, gpn: int):
         """`releases`: (time > now, ((node, n_gpus), ...)) of every running job."""
         self.gpn = gpn
-        ends = sorted({t for t, _ in releases})
-        self.times = [now, *ends]
-        row = {t: i for i, t in enumerate(ends, 1)}
-        delta = [[f] + [0] * len(ends) for f in free_now]
+        self.times, row = _steps(now, releases)
+        delta = [[f] + [0] * (len(self.times) - 1) for f in free_now]
         for t, layout in releases:
             r = row[t]
             for node, n in layout:
@@ -172,11 +185,9 @@ class _Profile:
 
     def _split(self, t: int) -> int:
         """Make `t` a step boundary; return its step."""
-        times = self.times
-        i = bisect.bisect_left(times, t)
-        if i < len(times) and times[i] == t:
+        i, new = _new_step(self.times, t)
+        if not new:
             return i
-        times.insert(i, t)
         for col in self.cols:
             col.insert(i, col[i - 1])
         return i
@@ -262,10 +273,8 @@ class _ArrayProfile:
 
     def __init__(self, now: int, free_now, releases, gpn: int):
         self.gpn = gpn
-        ends = sorted({t for t, _ in releases})
-        self.times = [now, *ends]
-        row = {t: i for i, t in enumerate(ends, 1)}
-        delta = np.zeros((len(free_now), len(ends) + 1), dtype=np.int64)
+        self.times, row = _steps(now, releases)
+        delta = np.zeros((len(free_now), len(self.times)), dtype=np.int64)
         delta[:, 0] = free_now
         for t, layout in releases:
             r = row[t]
@@ -274,11 +283,9 @@ class _ArrayProfile:
         self.cols = np.cumsum(delta, axis=1)
 
     def _split(self, t: int) -> int:
-        times = self.times
-        i = bisect.bisect_left(times, t)
-        if i < len(times) and times[i] == t:
+        i, new = _new_step(self.times, t)
+        if not new:
             return i
-        times.insert(i, t)
         self.cols = np.insert(self.cols, i, self.cols[:, i - 1], axis=1)
         return i
 
