@@ -782,6 +782,16 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
                  lambda v: f"submit_time {_show(v)} is past the year 5000 as seconds: Unix milliseconds? "
                            "give seconds (or date/times)")
 
+    # A stray submit time far from the others (a typo, another unit in one row): the trace would span
+    # centuries, and the throughput model's bins of it ran out with an error that named no row (a
+    # review: 99999999999 among 2020's seconds gave "bin_arrivals: the submissions span 3,171 years")
+    alive_submit = submit[rows.alive & np.isfinite(submit)]
+    if alive_submit.size:
+        middle = float(np.median(alive_submit))
+        rows.bad(np.abs(np.nan_to_num(submit, nan=middle) - middle) > _MAX_SPAN_S, "stray submit_time", "submit_time",
+                 raw_submit, lambda v: f"submit_time {_show(v)} is more than 20 years from the trace's median "
+                                       f"submission ({middle:.0f}): a stray value?")
+
     # ---- window --------------------------------------------------------------------------------
     lo = _window_bound(start, origin, path, "start")
     hi = _window_bound(end, origin, path, "end")
@@ -794,16 +804,6 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
         if hi is not None:
             outside |= submit >= hi
         rows.drop(outside, "outside window")
-
-    # A stray submit time far from the others (a typo, another unit in one row), judged on the rows
-    # the window keeps and against half the span the models bin: the trace would span centuries, and
-    # the throughput model's bins of it ran out with an error that named no row (a review: 99999999999 among 2020's seconds gave "bin_arrivals: the submissions span 3,171 years")
-    alive_submit = submit[rows.alive & np.isfinite(submit)]
-    if alive_submit.size:
-        middle = float(np.median(alive_submit))
-        rows.bad(np.abs(np.nan_to_num(submit, nan=middle) - middle) > _MAX_SPAN_S / 2, "stray submit_time", "submit_time",
-                 raw_submit, lambda v: f"submit_time {_show(v)} is more than 10 years from the median "
-                                       f"submission ({middle:.0f}): a stray value?")
 
     # ---- job id ----------------------------------------------------------------------------------
     if fmt == "philly":
