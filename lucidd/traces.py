@@ -85,7 +85,6 @@ _RENAMES = {
 
 _MAX_SECONDS = 2**53  # larger numbers cannot be exact seconds; treat as invalid
 _MAX_SUBMIT_S = 1e11  # the year 5138 as Unix seconds: larger submit times are milliseconds (or worse)
-_MAX_SPAN_S = 20 * 365 * 86400  # submissions this far from the median are a stray value (the models bin 20 years)
 _MAX_DURATION_S = 366 * 86400  # no GPU job of a real trace runs a year (whole Philly's longest: 54 days)
 _BAD_FIELDS = "\uffff lucidd: bad line \uffff"  # sentinel for lines with too many fields (no NUL:
 # pandas 3 string comparisons stop at NUL characters)
@@ -781,16 +780,6 @@ def load_trace(path, fmt: str | None = None, *, start=None, end=None,
         rows.bad(np.nan_to_num(submit) >= _MAX_SUBMIT_S, "implausible submit_time", "submit_time", raw_submit,
                  lambda v: f"submit_time {_show(v)} is past the year 5000 as seconds: Unix milliseconds? "
                            "give seconds (or date/times)")
-
-    # A stray submit time far from the others (a typo, another unit in one row): the trace would span
-    # centuries, and the throughput model's bins of it ran out with an error that named no row (a
-    # review: 99999999999 among 2020's seconds gave "bin_arrivals: the submissions span 3,171 years")
-    alive_submit = submit[rows.alive & np.isfinite(submit)]
-    if alive_submit.size:
-        middle = float(np.median(alive_submit))
-        rows.bad(np.abs(np.nan_to_num(submit, nan=middle) - middle) > _MAX_SPAN_S, "stray submit_time", "submit_time",
-                 raw_submit, lambda v: f"submit_time {_show(v)} is more than 20 years from the trace's median "
-                                       f"submission ({middle:.0f}): a stray value?")
 
     # ---- window --------------------------------------------------------------------------------
     lo = _window_bound(start, origin, path, "start")
