@@ -526,7 +526,7 @@ def watchdog_warning(cfg, watchdog_s: float | None) -> str | None:
     more, with the cycle's own work around it, can outlast it, and a slow slurmctld (not a hung lucidd)
     then gets lucidd killed with SIGABRT, with no orderly stop, and restarted into the same wall (a
     review). Said at start; the config allows command_timeout_s up to 600 s."""
-    if not watchdog_s:
+    if not isinstance(watchdog_s, (int, float)) or not watchdog_s:  # (a stand-in notifier may have none)
         return None
     # (pings come at most every PING_EVERY_S: one command may start just before the next is due)
     if 2 * cfg.slurm.command_timeout_s < watchdog_s and cfg.slurm.command_timeout_s + PING_EVERY_S < watchdog_s:
