@@ -96,8 +96,16 @@ def bin_arrivals(
     keep = (gpus > 0) & (idx >= first) & (idx <= last)
     n = last - first + 1
     if n > MAX_BINS:  # one stray submit time (milliseconds for seconds) asked for ~20 GiB of bins (a fuzzing session)
+        # Name the job farthest from the median: the span is almost always one stray value, and
+        # an admin fixes a row, not "a span" (a scale review: 99999999999 among 2020's seconds).
+        far = (submit - int(submit.median())).abs().idxmax() if not submit.empty else None
+        who = ""
+        if far is not None:
+            jid = jobs["job_id"].get(far) if "job_id" in jobs.columns else None
+            who = (f" (job {jid}, " if jid is not None else " (") + f"submit_time {int(submit[far])}, is farthest from the median {int(submit.median())})"
         raise ModelError(f"bin_arrivals: the submissions span {n * bin_s / 86400 / 365:,.0f} years ({n:,} bins of "
-                         f"{bin_s} s): check for a stray submit time (milliseconds for seconds), or window the trace")
+                         f"{bin_s} s): check for a stray submit time (milliseconds for seconds){who}, or window "
+                         "the trace")
     pos = (idx[keep] - first).to_numpy()
     njob = np.bincount(pos, minlength=n)
     ngpu = np.bincount(pos, weights=gpus[keep].to_numpy(dtype=float), minlength=n)

@@ -246,3 +246,11 @@ def test_venus_jobs_bin_like_the_artifact():
     # the artifact counted a slightly larger job set, but the bins line up
     corr = np.corrcoef(bins["submit_gpu_job"], art["submit_gpu_job"])[0, 1]
     assert corr > 0.85
+
+
+def test_a_stray_submit_time_is_named_by_its_job():
+    """99999999999 among 2020's seconds gave a span error that named no job (a scale review)."""
+    jobs = pd.DataFrame({"job_id": ["a", "b", "stray"], "submit_time": [1_600_000_000, 1_600_000_600, 99_999_999_999],
+                         "gpu_num": [1, 2, 1]})
+    with pytest.raises(ModelError, match=r"job stray, submit_time 99999999999, is farthest from the median"):
+        bin_arrivals(jobs)
