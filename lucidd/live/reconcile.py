@@ -1138,6 +1138,15 @@ class Reconciler:
             r.profile_reason = (f"not profiled: found in {j.partition}, moved there without a record of it "
                                 "(by lucidd-failopen, its owner, or lucidd just before it stopped)")
             refused = self._refused.pop(r.job_id, None)
+            # a release lucidd sent that Slurm reported as failed (or that lucidd sent and died before
+            # recording) was made all the same: the move is lucidd's, not someone else's, and its
+            # action is applied, not failed (a review: `-n 80` on a 64-CPU partition blamed others)
+            made = self.store.settle_unapplied(r.job_id, "release", now, f"made: the job was found in {j.partition}")
+            if refused or made:
+                r.profile_reason = (f"not profiled: released to {j.partition} by lucidd"
+                                    + (f"; Slurm reported an error for the move but made it ({refused})" if refused
+                                       else "; the release was made, its record was not (lucidd stopped between "
+                                            "the two)"))
             if _cannot_run_there(j.reason) or refused:
                 # Slurm 22.05 makes the move, then reports the job's limits check as an error: plain
                 # Slurm would have refused this job at submission

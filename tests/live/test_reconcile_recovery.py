@@ -870,3 +870,19 @@ def test_a_lucidd_started_during_a_slurm_outage_after_a_long_absence_was_away(cl
     run_cycles(rec2, clock, 10)
     row = store.job(1)
     assert row.profile == "abandoned" and "lucidd was away" in row.profile_reason, row.profile_reason
+
+
+def test_a_release_from_the_inbox_slurm_made_but_reported_as_failed_is_lucidds(cluster):
+    """Slurm 22.05 made the move of a `-n 80` job to a 64-CPU partition and reported an error: the
+    release stayed "failed" and the reason blamed lucidd-failopen or the job's owner (a review)."""
+    cfg, clock, slurm, store, lucidd = cluster(enabled=False)
+    rec = lucidd()
+    slurm.submit(1, partition="main", gpus=1)
+    slurm.fail[("move", 1)] = ("scontrol: error: Job violates accounting/QOS policy", False, True)
+    run_cycles(rec, clock, 30)
+    row = store.job(1)
+    assert slurm.jobs[1].partition == "main" and row.phase == "released", row.profile_reason
+    assert "released to main by lucidd; Slurm reported an error for the move but made it" in row.profile_reason
+    assert "its owner" not in row.profile_reason.split(";")[0]
+    assert "Slurm may never start it in main (it reported: scontrol: error: Job violates" in row.profile_reason
+    assert {a.status for a in store.actions_for(1) if a.kind == "release"} == {"applied"}
