@@ -199,6 +199,8 @@ def run_lucid(exp: Experiment, jobs, on_progress, variant: str) -> SimulationRes
         c = cls_by_id[j.job_id]
         j.share_score = None if c != c else int(c)
         j.attrs["share_score"] = j.share_score
+        # every column on every replay, used or not, so jobs_<policy>.csv keeps one header
+        j.attrs.update(decision=None, packed_with=None, profiler_start=None, profiler_end=None)
 
     spec = exp.spec
     defaults = option_defaults(spec)
@@ -249,7 +251,8 @@ def run_lucid(exp: Experiment, jobs, on_progress, variant: str) -> SimulationRes
             partner = getattr(d, "partner", None)
             if partner is not None:
                 d.job.attrs["packed_with"] = partner.job_id
-                partner.attrs.setdefault("packed_with", d.job.job_id)
+                if partner.attrs.get("packed_with") is None:
+                    partner.attrs["packed_with"] = d.job.job_id
 
     hooks = SimHooks(context=lambda t, vc: {"forecast": forecast(t)}, share_speeds=speeds, on_decisions=record)
     main = simulate(main_jobs, spec, lambda vc: LucidPolicy(config), hooks=hooks, on_progress=on_progress,

@@ -735,8 +735,10 @@ class LucidOnSlurm:
             job.reset()
             job.attrs["submitted"] = job.submit_time
             job.attrs["_lent_to"] = None
+            # every column is written whether or not a job used it, so jobs_<policy>.csv has the same
+            # header on every replay (profiler_node was missing where nothing was profiled)
             job.attrs.update(profiled=False, profiler_finished=False, profiler_start=None, profiler_end=None,
-                             packed_with=None, share_score=None)
+                             profiler_node=None, packed_with=None, share_score=None)
             gpn = self.parts[job.vc].vc.gpus_per_node if job.vc in self.parts else 8
             self.live_jobs[job.seq] = LiveJob(job_id=job.seq, name=job.name, user=job.user, partition="inbox",
                                               gpus=job.gpu_num, nodes=max(1, -(-job.gpu_num // gpn)),
